@@ -1,0 +1,65 @@
+/**
+ * @file postbox.h
+ * @brief libpostbox: write events into the transactional outbox from C.
+ *
+ * An application calls postbox_enqueue() on its own libpq connection, inside the transaction
+ * that changes its business rows. The event row commits or rolls back together with them; the
+ * `postbox relay` daemon publishes it after the commit. The library never begins, commits or
+ * rolls back a transaction for the caller.
+ *
+ * Thread safety: a PGconn must not be used by two threads at once (libpq's rule); different
+ * connections may be used from different threads.
+ */
+#ifndef POSTBOX_POSTBOX_H
+#define POSTBOX_POSTBOX_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Length of an event id in text form (uuid) including the terminating NUL. */
+#define POSTBOX_EVENT_ID_SIZE 37
+
+/** One event to enqueue. Strings are borrowed for the duration of the call. */
+typedef struct postbox_event {
+    const char *aggregate_type; /**< e.g. "order" (required) */
+    const char *aggregate_id;   /**< e.g. "42": events of one aggregate keep their order (required) */
+    const char *event_type;     /**< versioned, e.g. "order.paid.v1" (required) */
+    const char *payload;        /**< JSON text (required) */
+    const char *headers;        /**< JSON object text (trace/correlation ids), or NULL */
+    const char *destination;    /**< routing override (routing key / subject), or NULL */
+} postbox_event_t;
+
+/**
+ * @brief Enqueues one event in the caller's open transaction.
+ *
+ * @param conn      connection with a transaction in progress (BEGIN issued by the caller)
+ * @param ev        the event
+ * @param event_id  receives the event's id (uuid text) when not NULL
+ * @param errbuf    receives a message on failure when not NULL
+ * @returns 0 on success, -1 on failure (no transaction open, bad JSON, connection lost, ...).
+ *          After a failure the transaction is aborted: the caller rolls back.
+ */
+int postbox_enqueue(PGconn *conn, const postbox_event_t *ev, char event_id[POSTBOX_EVENT_ID_SIZE],
+                    char *errbuf, size_t errlen);
+
+/**
+ * @brief Enqueues n events with one statement, in order, in the caller's open transaction.
+ *
+ * @param event_ids receives n ids in the order of evs when not NULL
+ * @returns 0 on success, -1 on failure (as postbox_enqueue).
+ */
+int postbox_enqueue_batch(PGconn *conn, const postbox_event_t *evs, size_t n,
+                          char (*event_ids)[POSTBOX_EVENT_ID_SIZE], char *errbuf, size_t errlen);
+
+/** @brief The library version, e.g. "0.1.0". */
+const char *postbox_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

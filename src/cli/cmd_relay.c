@@ -1,0 +1,15 @@
+/* postbox relay: publish committed outbox events to the configured sink. */
+#include "cli/cli.h"
+#include "common/log.h"
+#include "relay/relay.h"
+
+int pb_cmd_relay(pb_cli_t *cli)
+{
+    pb_relay_opts_t opts = {.drain = cli->drain};
+    pb_error_t err;
+    if (pb_relay_run(&cli->cfg, &opts, cli->stop, &err) != PB_OK) {
+        log_error("relay", "%s", err.msg);
+        return PB_EXIT_FAILURE;
+    }
+    return PB_EXIT_OK;
+}

@@ -1,0 +1,180 @@
+/* postbox: command-line entry point. Parses the shared options, loads the configuration
+ * (defaults < file < environment < command line) and dispatches to a subcommand. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/log.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal; /* no SA_RESTART: sleeps and selects end at once */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static void usage(FILE *out)
+{
+    fputs("usage: postbox [options] <command> [command options]\n"
+          "\n"
+          "postbox relays events written to a PostgreSQL outbox table, in the same transaction as\n"
+          "the business change, to a message broker: at least once, in order per aggregate.\n"
+          "\n"
+          "commands:\n"
+          "  init            create or upgrade the postbox schema (idempotent)\n"
+          "  relay           publish committed events until SIGTERM/SIGINT (the batch in flight\n"
+          "                  is finished first, exit 0)\n"
+          "      --drain     exit 0 once no pending event is left\n"
+          "  config          print the effective configuration (secrets hidden)\n"
+          "      --reference list every option with its default, environment variable and meaning\n"
+          "\n"
+          "options (anywhere on the line):\n"
+          "  -c, --config FILE         INI file to read (also: POSTBOX_CONFIG)\n"
+          "  -s, --set SECTION.KEY=VAL set one option, e.g. --set relay.batch_size=1000\n"
+          "      --dsn DSN             same as --set postgres.dsn=DSN\n"
+          "  -v, --verbose             same as --set log.level=debug\n"
+          "  -h, --help                this text; --version prints the version\n"
+          "\n"
+          "precedence: built-in defaults < config file < environment variables < command line.\n"
+          "exit codes: 0 success, 1 failure, 2 bad command line or configuration.\n",
+          out);
+}
+
+typedef struct setting {
+    const char *name;
+    const char *value;
+} setting_t;
+
+static int apply_setting(pb_config_t *cfg, const char *name, const char *value)
+{
+    pb_error_t err;
+    if (pb_config_set(cfg, name, value, PB_CFG_CLI, &err) != PB_OK) {
+        fprintf(stderr, "postbox: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    pb_cli_t cli = {.stop = &stop_requested};
+    const char *command = NULL;
+    const char *config_file = getenv("POSTBOX_CONFIG");
+    setting_t *settings = calloc((size_t)argc, sizeof *settings);
+    size_t n_settings = 0;
+    bool help = false;
+    int rc = PB_EXIT_USAGE;
+
+    if (!settings)
+        return PB_EXIT_FAILURE;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            help = true;
+        } else if (strcmp(a, "--version") == 0) {
+            printf("postbox %s\n", POSTBOX_VERSION_STRING);
+            rc = PB_EXIT_OK;
+            goto out;
+        } else if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0) {
+            if (!next)
+                goto missing_value;
+            config_file = argv[++i];
+        } else if (strcmp(a, "-s") == 0 || strcmp(a, "--set") == 0 || strcmp(a, "--dsn") == 0) {
+            if (!next)
+                goto missing_value;
+            if (strcmp(a, "--dsn") == 0) {
+                settings[n_settings++] = (setting_t){"postgres.dsn", argv[++i]};
+                continue;
+            }
+            char *eq = strchr(argv[++i], '=');
+            if (!eq) {
+                fprintf(stderr, "postbox: --set \"%s\": expected section.key=value\n", argv[i]);
+                goto out;
+            }
+            *eq = '\0';
+            settings[n_settings++] = (setting_t){argv[i], eq + 1};
+        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+            settings[n_settings++] = (setting_t){"log.level", "debug"};
+        } else if (strcmp(a, "--drain") == 0) {
+            cli.drain = true;
+        } else if (strcmp(a, "--reference") == 0) {
+            cli.reference = true;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "postbox: unknown option \"%s\" (see postbox --help)\n", a);
+            goto out;
+        } else if (!command) {
+            command = a;
+        } else {
+            fprintf(stderr, "postbox: unexpected argument \"%s\" (see postbox --help)\n", a);
+            goto out;
+        }
+        continue;
+    missing_value:
+        fprintf(stderr, "postbox: option %s needs a value\n", a);
+        goto out;
+    }
+    if (help || !command) {
+        usage(help ? stdout : stderr);
+        if (help && command && strcmp(command, "relay") == 0) {
+            fputs("\nconfiguration options:\n", stdout);
+            pb_config_write_reference(stdout);
+        }
+        rc = help ? PB_EXIT_OK : PB_EXIT_USAGE;
+        goto out;
+    }
+
+    pb_config_init(&cli.cfg);
+    pb_error_t err;
+    if (config_file && pb_config_load_file(&cli.cfg, config_file, &err) != PB_OK) {
+        fprintf(stderr, "postbox: %s\n", err.msg);
+        goto out_cfg;
+    }
+    if (pb_config_load_env(&cli.cfg, &err) != PB_OK) {
+        fprintf(stderr, "postbox: %s\n", err.msg);
+        goto out_cfg;
+    }
+    for (size_t i = 0; i < n_settings; i++)
+        if (apply_setting(&cli.cfg, settings[i].name, settings[i].value))
+            goto out_cfg;
+    if (pb_config_validate(&cli.cfg, &err) != PB_OK) {
+        fprintf(stderr, "postbox: %s\n", err.msg);
+        goto out_cfg;
+    }
+    pb_log_set_level(cli.cfg.log_level);
+    pb_log_set_format(cli.cfg.log_format);
+    install_signals();
+
+    if (strcmp(command, "init") == 0) {
+        rc = pb_cmd_init(&cli);
+    } else if (strcmp(command, "relay") == 0) {
+        rc = pb_cmd_relay(&cli);
+    } else if (strcmp(command, "config") == 0) {
+        if (cli.reference)
+            pb_config_write_reference(stdout);
+        else
+            pb_config_write(&cli.cfg, stdout);
+        rc = PB_EXIT_OK;
+    } else {
+        fprintf(stderr, "postbox: unknown command \"%s\" (see postbox --help)\n", command);
+    }
+out_cfg:
+    pb_config_free(&cli.cfg);
+out:
+    free(settings);
+    return rc;
+}

@@ -1,0 +1,36 @@
+/* An outbox event as the relay sees it: borrowed strings, valid while the claimed batch lives. */
+#ifndef PB_COMMON_EVENT_H
+#define PB_COMMON_EVENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pb_event {
+    int64_t id;                 /* outbox.id: publish order */
+    const char *event_id;       /* uuid text, 36 chars: the message id end to end */
+    const char *aggregate_type;
+    const char *aggregate_id;
+    const char *event_type;
+    const char *payload;        /* JSON text */
+    size_t payload_len;
+    const char *headers;        /* JSON object text, or NULL */
+    const char *destination;    /* routing override, or NULL */
+    int64_t created_at_us;      /* unix microseconds */
+    int attempts;               /* attempts before this one */
+} pb_event_t;
+
+/* What happened to one event of a batch. */
+typedef enum pb_outcome {
+    PB_OUT_UNTRIED = 0, /* to be published */
+    PB_OUT_HELD,        /* held back behind a failed event of its aggregate: left pending as is */
+    PB_OUT_PUBLISHED,   /* the broker confirmed it */
+    PB_OUT_RETRY,       /* failed, may succeed later: attempts+1, backoff */
+    PB_OUT_REJECT,      /* can never be published (too large, ...): dead letter now */
+} pb_outcome_t;
+
+typedef struct pb_result {
+    pb_outcome_t outcome;
+    char error[240]; /* reason for RETRY/REJECT */
+} pb_result_t;
+
+#endif

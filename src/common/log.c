@@ -1,0 +1,107 @@
+#include "common/log.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+pb_log_level_t pb_log_threshold = PB_LOG_INFO;
+static bool log_json;
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+bool pb_log_set_level(const char *name)
+{
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(name, level_names[i]) == 0) {
+            pb_log_threshold = (pb_log_level_t)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool pb_log_set_format(const char *name)
+{
+    if (strcmp(name, "json") == 0)
+        log_json = true;
+    else if (strcmp(name, "text") == 0)
+        log_json = false;
+    else
+        return false;
+    return true;
+}
+
+void pb_log_write(pb_log_level_t level, const char *fac, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    gmtime_r(&tv.tv_sec, &tm);
+    char ts[40];
+    size_t n = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(ts + n, sizeof ts - n, ".%03dZ", (int)(tv.tv_usec / 1000));
+
+    if (!log_json) {
+        fprintf(stderr, "%s %-5s %s: %s\n", ts, level_names[level], fac, msg);
+        return;
+    }
+    json_t *obj = json_pack("{s:s, s:s, s:s, s:s}", "time", ts, "level", level_names[level],
+                            "component", fac, "msg", msg);
+    char *line = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    if (line)
+        fprintf(stderr, "%s\n", line);
+    else /* the message was not valid UTF-8: keep it readable rather than lose it */
+        fprintf(stderr, "{\"time\":\"%s\",\"level\":\"%s\",\"component\":\"%s\",\"msg\":\"(unprintable)\"}\n",
+                ts, level_names[level], fac);
+    free(line);
+    json_decref(obj);
+}
+
+void pb_redact_secret(const char *in, char *out, unsigned long outsz)
+{
+    if (!outsz)
+        return;
+    if (!in)
+        in = "";
+    const char *scheme = strstr(in, "://");
+    if (scheme) {
+        /* URL: scheme://user:password@host... -> scheme://user:***@host... */
+        const char *auth = scheme + 3;
+        const char *at = strchr(auth, '@');
+        const char *slash = strchr(auth, '/');
+        const char *colon = strchr(auth, ':');
+        if (at && (!slash || at < slash) && colon && colon < at) {
+            snprintf(out, outsz, "%.*s:***%s", (int)(colon - in), in, at);
+            return;
+        }
+        snprintf(out, outsz, "%s", in);
+        return;
+    }
+    /* key=value connection string: hide the value of password= */
+    const char *pw = strstr(in, "password=");
+    if (!pw) {
+        snprintf(out, outsz, "%s", in);
+        return;
+    }
+    const char *end = pw + 9;
+    if (*end == '\'') {
+        end++;
+        while (*end && *end != '\'')
+            end += (*end == '\\' && end[1]) ? 2 : 1;
+        if (*end)
+            end++;
+    } else {
+        while (*end && *end != ' ')
+            end++;
+    }
+    snprintf(out, outsz, "%.*spassword=***%s", (int)(pw - in), in, end);
+}

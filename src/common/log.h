@@ -1,0 +1,40 @@
+/* Logging: one line per record on stderr, either text for people or one JSON object (ELK).
+ *
+ * The macros test the level before evaluating their arguments, so debug logging in a hot path
+ * costs one comparison when it is off. `fac` names the component ("relay", "sink.amqp"). */
+#ifndef PB_COMMON_LOG_H
+#define PB_COMMON_LOG_H
+
+#include <stdbool.h>
+
+#include "common/err.h"
+
+typedef enum pb_log_level {
+    PB_LOG_ERROR = 0,
+    PB_LOG_WARN = 1,
+    PB_LOG_INFO = 2,
+    PB_LOG_DEBUG = 3,
+} pb_log_level_t;
+
+extern pb_log_level_t pb_log_threshold;
+
+/* level names: error, warn, info, debug; format: text or json. Returns false on unknown names. */
+bool pb_log_set_level(const char *name);
+bool pb_log_set_format(const char *name);
+
+void pb_log_write(pb_log_level_t level, const char *fac, const char *fmt, ...) PB_PRINTF(3, 4);
+
+#define PB_LOG(level, fac, ...)                                                                    \
+    do {                                                                                           \
+        if ((level) <= pb_log_threshold)                                                           \
+            pb_log_write((level), (fac), __VA_ARGS__);                                             \
+    } while (0)
+#define log_error(fac, ...) PB_LOG(PB_LOG_ERROR, fac, __VA_ARGS__)
+#define log_warn(fac, ...) PB_LOG(PB_LOG_WARN, fac, __VA_ARGS__)
+#define log_info(fac, ...) PB_LOG(PB_LOG_INFO, fac, __VA_ARGS__)
+#define log_debug(fac, ...) PB_LOG(PB_LOG_DEBUG, fac, __VA_ARGS__)
+
+/* Copies a URL or DSN into out with any password replaced by "***" (secrets never reach logs). */
+void pb_redact_secret(const char *in, char *out, unsigned long outsz);
+
+#endif

@@ -1,0 +1,34 @@
+/* A growable byte buffer, used to build array literals and JSON lines without per-item malloc. */
+#ifndef PB_COMMON_STR_H
+#define PB_COMMON_STR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+typedef struct pb_buf {
+    char *data; /* NUL-terminated while len < cap */
+    size_t len;
+    size_t cap;
+} pb_buf_t;
+
+void pb_buf_reset(pb_buf_t *b); /* len = 0, keeps the memory */
+void pb_buf_free(pb_buf_t *b);
+void pb_buf_append(pb_buf_t *b, const char *s, size_t n);
+void pb_buf_puts(pb_buf_t *b, const char *s);
+void pb_buf_putc(pb_buf_t *b, char c);
+void pb_buf_printf(pb_buf_t *b, const char *fmt, ...) PB_PRINTF(2, 3);
+
+/* Appends s as an element of a PostgreSQL array literal: "..." with \ and " escaped. */
+void pb_buf_append_array_text(pb_buf_t *b, const char *s);
+
+/* Appends s as a JSON string literal (quotes, escapes, control characters as \u00XX). */
+void pb_buf_append_json_string(pb_buf_t *b, const char *s);
+
+/* Allocation that aborts on failure: running out of memory is not recoverable in the relay. */
+void *pb_malloc(size_t n);
+void *pb_realloc(void *p, size_t n);
+char *pb_strdup(const char *s);
+
+#endif

@@ -1,0 +1,352 @@
+#include "config/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/log.h"
+#include "common/route.h"
+#include "common/str.h"
+
+typedef enum opt_type { OPT_STR, OPT_ENUM, OPT_INT, OPT_MS, OPT_BOOL } opt_type_t;
+
+typedef struct option {
+    const char *section;
+    const char *key;
+    opt_type_t type;
+    const char *dflt;
+    int64_t min;
+    int64_t max;
+    const char *choices;
+    const char *env;
+    const char *doc;
+    size_t offset;
+} option_t;
+
+static const option_t options[] = {
+#define X(sec, key, type, dflt, min, max, choices, env, doc)                                       \
+    {#sec, #key, OPT_##type, dflt, min, max, choices, env, doc, offsetof(pb_config_t, sec##_##key)},
+#include "config/options.def"
+#undef X
+};
+#define N_OPTIONS (sizeof options / sizeof options[0])
+
+/* Options whose values are secrets or may contain one. */
+static bool is_secret(const option_t *o)
+{
+    return strcmp(o->key, "url") == 0 || strcmp(o->key, "dsn") == 0;
+}
+
+static const option_t *find_option(const char *section, const char *key)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (strcmp(options[i].section, section) == 0 && strcmp(options[i].key, key) == 0)
+            return &options[i];
+    return NULL;
+}
+
+static bool known_section(const char *section)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (strcmp(options[i].section, section) == 0)
+            return true;
+    return false;
+}
+
+static bool parse_int(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* "250ms", "5s", "2m", "1h", "1d"; a bare number is milliseconds. */
+static bool parse_duration_ms(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0)
+        return false;
+    double mult;
+    if (*end == '\0' || strcmp(end, "ms") == 0)
+        mult = 1;
+    else if (strcmp(end, "s") == 0)
+        mult = 1000;
+    else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+        mult = 60000;
+    else if (strcmp(end, "h") == 0)
+        mult = 3600000;
+    else if (strcmp(end, "d") == 0)
+        mult = 86400000;
+    else
+        return false;
+    *out = (int64_t)(v * mult + 0.5);
+    return true;
+}
+
+static bool parse_bool(const char *s, bool *out)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = true;
+            return true;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = false;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool enum_allows(const char *choices, const char *value)
+{
+    size_t n = strlen(value);
+    for (const char *p = choices; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, value, n) == 0)
+            return true;
+        if (!bar)
+            break;
+        p = bar + 1;
+    }
+    return false;
+}
+
+static pb_status_t assign(pb_config_t *cfg, const option_t *o, const char *value, pb_error_t *err)
+{
+    char *field = (char *)cfg + o->offset;
+    int64_t num = 0;
+    bool flag;
+    switch (o->type) {
+    case OPT_ENUM:
+        if (!enum_allows(o->choices, value))
+            return pb_fail(err, PB_FATAL, "%s.%s: \"%s\" is not one of %s", o->section, o->key,
+                           value, o->choices);
+        /* fall through */
+    case OPT_STR: {
+        char **slot = (char **)(void *)field;
+        free(*slot);
+        *slot = pb_strdup(value);
+        return PB_OK;
+    }
+    case OPT_INT:
+        if (!parse_int(value, &num))
+            return pb_fail(err, PB_FATAL, "%s.%s: \"%s\" is not an integer", o->section, o->key,
+                           value);
+        break;
+    case OPT_MS:
+        if (!parse_duration_ms(value, &num))
+            return pb_fail(err, PB_FATAL,
+                           "%s.%s: \"%s\" is not a duration (examples: 250ms, 5s, 2m, 1h)",
+                           o->section, o->key, value);
+        break;
+    case OPT_BOOL:
+        if (!parse_bool(value, &flag))
+            return pb_fail(err, PB_FATAL, "%s.%s: \"%s\" is not a boolean (true or false)",
+                           o->section, o->key, value);
+        *(bool *)(void *)field = flag;
+        return PB_OK;
+    }
+    if (num < o->min || num > o->max)
+        return pb_fail(err, PB_FATAL, "%s.%s: %s is out of range [%lld, %lld]%s", o->section,
+                       o->key, value, (long long)o->min, (long long)o->max,
+                       o->type == OPT_MS ? " milliseconds" : "");
+    *(int64_t *)(void *)field = num;
+    return PB_OK;
+}
+
+void pb_config_init(pb_config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        pb_error_t err;
+        if (assign(cfg, &options[i], options[i].dflt, &err) != PB_OK) {
+            /* a bad default is a bug in options.def, caught by the unit tests */
+            fprintf(stderr, "postbox: bad default: %s\n", err.msg);
+            abort();
+        }
+    }
+}
+
+void pb_config_free(pb_config_t *cfg)
+{
+    if (!cfg)
+        return;
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        if (options[i].type == OPT_STR || options[i].type == OPT_ENUM) {
+            char **slot = (char **)(void *)((char *)cfg + options[i].offset);
+            free(*slot);
+            *slot = NULL;
+        }
+    }
+    free(cfg->source_file);
+    cfg->source_file = NULL;
+}
+
+pb_status_t pb_config_set(pb_config_t *cfg, const char *name, const char *value,
+                          pb_config_origin_t origin, pb_error_t *err)
+{
+    (void)origin;
+    const char *dot = strchr(name, '.');
+    if (!dot || dot == name || !dot[1])
+        return pb_fail(err, PB_FATAL, "option \"%s\": expected section.key (e.g. relay.batch_size)",
+                       name);
+    char section[64];
+    size_t sl = (size_t)(dot - name);
+    if (sl >= sizeof section)
+        return pb_fail(err, PB_FATAL, "unknown option \"%s\"", name);
+    memcpy(section, name, sl);
+    section[sl] = '\0';
+    const option_t *o = find_option(section, dot + 1);
+    if (!o) {
+        if (!known_section(section))
+            return pb_fail(err, PB_FATAL, "unknown option \"%s\": no section [%s]", name, section);
+        return pb_fail(err, PB_FATAL, "unknown option \"%s\": section [%s] has no key \"%s\"",
+                       name, section, dot + 1);
+    }
+    return assign(cfg, o, value, err);
+}
+
+typedef struct ini_ctx {
+    pb_config_t *cfg;
+    pb_error_t *err;
+    bool failed;
+} ini_ctx_t;
+
+static int on_ini_entry(void *user, const char *section, const char *name, const char *value)
+{
+    ini_ctx_t *ctx = user;
+    if (!section || !*section) {
+        pb_fail(ctx->err, PB_FATAL, "key \"%s\" outside of any section", name);
+        ctx->failed = true;
+        return 0;
+    }
+    if (!known_section(section)) {
+        pb_fail(ctx->err, PB_FATAL, "unknown section [%s]", section);
+        ctx->failed = true;
+        return 0;
+    }
+    const option_t *o = find_option(section, name);
+    if (!o) {
+        pb_fail(ctx->err, PB_FATAL, "unknown key \"%s\" in section [%s]", name, section);
+        ctx->failed = true;
+        return 0;
+    }
+    if (assign(ctx->cfg, o, value, ctx->err) != PB_OK) {
+        ctx->failed = true;
+        return 0;
+    }
+    return 1;
+}
+
+pb_status_t pb_config_load_file(pb_config_t *cfg, const char *path, pb_error_t *err)
+{
+    pb_error_t inner = {{0}};
+    ini_ctx_t ctx = {cfg, &inner, false};
+    int rc = ini_parse(path, on_ini_entry, &ctx);
+    if (rc == -1)
+        return pb_fail(err, PB_FATAL, "config %s: cannot open: %s", path, strerror(errno));
+    if (rc == -2)
+        return pb_fail(err, PB_FATAL, "config %s: out of memory", path);
+    if (rc > 0) {
+        if (ctx.failed)
+            return pb_fail(err, PB_FATAL, "config %s:%d: %s", path, rc, inner.msg);
+        return pb_fail(err, PB_FATAL, "config %s:%d: syntax error (expected [section] or key = value)",
+                       path, rc);
+    }
+    free(cfg->source_file);
+    cfg->source_file = pb_strdup(path);
+    return PB_OK;
+}
+
+pb_status_t pb_config_load_env(pb_config_t *cfg, pb_error_t *err)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const char *v = getenv(options[i].env);
+        if (!v)
+            continue;
+        pb_error_t inner;
+        if (assign(cfg, &options[i], v, &inner) != PB_OK)
+            return pb_fail(err, PB_FATAL, "environment %s: %s", options[i].env, inner.msg);
+    }
+    return PB_OK;
+}
+
+pb_status_t pb_config_validate(const pb_config_t *cfg, pb_error_t *err)
+{
+    if (cfg->relay_backoff_base > cfg->relay_backoff_cap)
+        return pb_fail(err, PB_FATAL, "relay.backoff_base (%lld ms) is larger than relay.backoff_cap (%lld ms)",
+                       (long long)cfg->relay_backoff_base, (long long)cfg->relay_backoff_cap);
+    pb_error_t inner;
+    if (pb_route_check_template(cfg->amqp_routing_key, &inner) != PB_OK)
+        return pb_fail(err, PB_FATAL, "amqp.routing_key: %s", inner.msg);
+    return PB_OK;
+}
+
+static void write_value(const pb_config_t *cfg, const option_t *o, FILE *out)
+{
+    const char *field = (const char *)cfg + o->offset;
+    switch (o->type) {
+    case OPT_STR:
+    case OPT_ENUM: {
+        const char *s = *(char *const *)(const void *)field;
+        if (is_secret(o)) {
+            char red[1024];
+            pb_redact_secret(s, red, sizeof red);
+            fputs(red, out);
+        } else {
+            fputs(s ? s : "", out);
+        }
+        break;
+    }
+    case OPT_INT:
+        fprintf(out, "%lld", (long long)*(const int64_t *)(const void *)field);
+        break;
+    case OPT_MS:
+        fprintf(out, "%lldms", (long long)*(const int64_t *)(const void *)field);
+        break;
+    case OPT_BOOL:
+        fputs(*(const bool *)(const void *)field ? "true" : "false", out);
+        break;
+    }
+}
+
+void pb_config_write(const pb_config_t *cfg, FILE *out)
+{
+    const char *section = NULL;
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        if (!section || strcmp(section, options[i].section) != 0) {
+            section = options[i].section;
+            fprintf(out, "%s[%s]\n", i ? "\n" : "", section);
+        }
+        fprintf(out, "%s = ", options[i].key);
+        write_value(cfg, &options[i], out);
+        fputc('\n', out);
+    }
+}
+
+void pb_config_write_reference(FILE *out)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const option_t *o = &options[i];
+        fprintf(out, "  %s.%s = %s%s%s\n      %s\n      env %s", o->section, o->key,
+                *o->dflt ? o->dflt : "(empty)", o->choices ? "  one of " : "",
+                o->choices ? o->choices : "", o->doc, o->env);
+        if (o->type == OPT_INT)
+            fprintf(out, ", range %lld..%lld", (long long)o->min, (long long)o->max);
+        fputc('\n', out);
+    }
+}

@@ -1,0 +1,845 @@
+/* RabbitMQ sink (rabbitmq-c 0.11): one connection, channel 1 in confirm mode, the batch published
+ * pipelined and then every confirm awaited with our own frame loop (0.11 has no
+ * amqp_publisher_confirm_wait).
+ *
+ * Delivery tags are counted here: confirm.select resets the channel's counter, and every
+ * basic.publish takes the next tag. A batch's events occupy consecutive tags, so the tag of a
+ * confirm maps to its event in O(1) through slot_event[tag - first_tag].
+ *
+ * @thread loop: the relay's thread only (a rabbitmq-c connection is not thread-safe). */
+#include "sink/sink.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <amqp.h>
+#include <amqp_framing.h>
+#include <jansson.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/route.h"
+#include "common/str.h"
+#include "sink/amqp_url.h"
+
+#define FAC "sink.amqp"
+#define CHANNEL 1
+#define SHORTSTR_MAX 255
+#define CONTENT_TYPE "application/json"
+#define POOL_PAGE 16384
+#define IDLE_MAX_FRAMES 64
+
+typedef struct amqp_sink {
+    pb_sink_t base; /* first: the relay holds a pb_sink_t * */
+    pb_amqp_url_t url;
+    char where[300]; /* host:port for messages; never the password */
+    int heartbeat_s;
+    amqp_connection_state_t conn; /* NULL while disconnected */
+    bool channel_open;
+    uint64_t last_tag; /* delivery tag of the latest publish on CHANNEL (0 after confirm.select) */
+    amqp_pool_t pool;  /* header tables of one batch; recycled (pages kept) after it */
+    size_t *slot_event;        /* slot (tag - first tag of the batch) -> index into events */
+    unsigned char *slot_done;  /* the slot got its ack or nack */
+    size_t slot_cap;
+} amqp_sink_t;
+
+/* Book-keeping of one publish call. */
+typedef struct batch {
+    const pb_event_t *events;
+    pb_result_t *results;
+    uint64_t first_tag;
+    size_t nslots;  /* events handed to the broker */
+    size_t pending; /* slots still without ack or nack */
+    size_t low;     /* every slot below low is done */
+} batch_t;
+
+static const pb_sink_ops_t amqp_ops;
+
+static struct timeval ms_to_tv(int64_t ms)
+{
+    if (ms < 0)
+        ms = 0;
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    return tv;
+}
+
+static void set_result(pb_result_t *r, pb_outcome_t outcome, const char *reason)
+{
+    r->outcome = outcome;
+    snprintf(r->error, sizeof r->error, "%s", reason ? reason : "");
+}
+
+static void set_resultf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...) PB_PRINTF(3, 4);
+static void set_resultf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    r->outcome = outcome;
+    vsnprintf(r->error, sizeof r->error, fmt, ap);
+    va_end(ap);
+}
+
+/* Copies an AMQP short/long string into a C buffer for messages. */
+static const char *bytes_text(amqp_bytes_t b, char *buf, size_t n)
+{
+    size_t len = b.len < n - 1 ? b.len : n - 1;
+    if (len)
+        memcpy(buf, b.bytes, len);
+    buf[len] = '\0';
+    return buf;
+}
+
+/* ---- connection state ----------------------------------------------------------------------- */
+
+static void drop_connection(amqp_sink_t *s)
+{
+    if (s->conn)
+        amqp_destroy_connection(s->conn);
+    s->conn = NULL;
+    s->channel_open = false;
+}
+
+/* channel.close + connection.close, each bounded by the rpc timeout set in pb_amqp_open. */
+static void close_politely(amqp_sink_t *s)
+{
+    if (!s->conn)
+        return;
+    if (s->channel_open)
+        (void)amqp_channel_close(s->conn, CHANNEL, AMQP_REPLY_SUCCESS);
+    (void)amqp_connection_close(s->conn, AMQP_REPLY_SUCCESS);
+    drop_connection(s);
+}
+
+static int send_channel_close_ok(amqp_sink_t *s)
+{
+    amqp_channel_close_ok_t ok = {0};
+    s->channel_open = false;
+    return amqp_send_method(s->conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+}
+
+/* After a failed RPC on CHANNEL: describes it in buf and answers a close from the broker. Returns
+ * the reply code of a channel close (the connection stays usable), else 0 with the connection
+ * dropped. */
+static unsigned rpc_failed(amqp_sink_t *s, const char *what, char *buf, size_t n)
+{
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(s->conn);
+    pb_amqp_reply_error(r, what, buf, n);
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.decoded) {
+        if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+            unsigned code = ((const amqp_channel_close_t *)r.reply.decoded)->reply_code;
+            if (send_channel_close_ok(s) == AMQP_STATUS_OK)
+                return code;
+        } else if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+            amqp_connection_close_ok_t ok = {0};
+            (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+        }
+    }
+    drop_connection(s);
+    return 0;
+}
+
+static pb_status_t setup_exchange(amqp_sink_t *s, pb_error_t *err)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    const char *ex = cfg->amqp_exchange;
+    if (!*ex)
+        return PB_OK; /* the default exchange always exists and cannot be declared */
+    bool declare = cfg->amqp_declare_exchange;
+    if (amqp_exchange_declare(s->conn, CHANNEL, amqp_cstring_bytes(ex),
+                              amqp_cstring_bytes(cfg->amqp_exchange_type), !declare, declare, 0, 0,
+                              amqp_empty_table))
+        return PB_OK;
+
+    char buf[320];
+    unsigned code = rpc_failed(s, declare ? "declare exchange" : "check exchange", buf, sizeof buf);
+    if (code == AMQP_NOT_FOUND && !declare)
+        return pb_fail(err, PB_FATAL,
+                       "exchange \"%s\" does not exist on vhost \"%s\" (create it, or set "
+                       "amqp.declare_exchange = true)", ex, s->url.vhost);
+    if (code == AMQP_PRECONDITION_FAILED)
+        return pb_fail(err, PB_FATAL,
+                       "exchange \"%s\" exists on vhost \"%s\" but is not a durable %s exchange: %s",
+                       ex, s->url.vhost, cfg->amqp_exchange_type, buf);
+    if (code == AMQP_ACCESS_REFUSED)
+        return pb_fail(err, PB_FATAL, "user \"%s\" may not use exchange \"%s\" on vhost \"%s\": %s",
+                       s->url.user, ex, s->url.vhost, buf);
+    return pb_fail(err, PB_TRANSIENT, "%s", buf);
+}
+
+/* Opens CHANNEL, prepares the exchange and turns on publisher confirms. On failure the channel
+ * is closed; the connection may be too (s->conn NULL). */
+static pb_status_t setup_channel(amqp_sink_t *s, pb_error_t *err)
+{
+    char buf[320];
+    if (!amqp_channel_open(s->conn, CHANNEL)) {
+        rpc_failed(s, "open channel", buf, sizeof buf);
+        return pb_fail(err, PB_TRANSIENT, "%s", buf);
+    }
+    s->channel_open = true;
+    pb_status_t st = setup_exchange(s, err);
+    if (st != PB_OK)
+        return st;
+    if (!amqp_confirm_select(s->conn, CHANNEL)) {
+        rpc_failed(s, "enable publisher confirms", buf, sizeof buf);
+        return pb_fail(err, PB_TRANSIENT, "%s", buf);
+    }
+    s->last_tag = 0; /* confirm.select restarts delivery tags at 1 */
+    return PB_OK;
+}
+
+static pb_status_t sink_connect(pb_sink_t *snk, pb_error_t *err)
+{
+    amqp_sink_t *s = (amqp_sink_t *)snk;
+    const pb_config_t *cfg = snk->cfg;
+    close_politely(s);
+    pb_status_t st = pb_amqp_open(&s->url, cfg, s->heartbeat_s, &s->conn, err);
+    if (st != PB_OK)
+        return st;
+    st = setup_channel(s, err);
+    if (st != PB_OK) {
+        close_politely(s);
+        return st;
+    }
+    log_info(FAC, "connected to rabbitmq at %s vhost=\"%s\" user=\"%s\" exchange=\"%s\" "
+                  "heartbeat=%ds frame_max=%d", s->where, s->url.vhost, s->url.user,
+             cfg->amqp_exchange, amqp_get_heartbeat(s->conn), amqp_get_frame_max(s->conn));
+    return PB_OK;
+}
+
+/* ---- confirms ------------------------------------------------------------------------------- */
+
+static void advance_low(batch_t *b, const unsigned char *done)
+{
+    while (b->low < b->nslots && done[b->low])
+        b->low++;
+}
+
+static void resolve(amqp_sink_t *s, batch_t *b, size_t k, bool ack)
+{
+    s->slot_done[k] = 1;
+    b->pending--;
+    pb_result_t *r = &b->results[s->slot_event[k]];
+    if (r->outcome != PB_OUT_UNTRIED)
+        return; /* already failed by a basic.return: its ack must not make it PUBLISHED */
+    if (ack)
+        set_result(r, PB_OUT_PUBLISHED, NULL);
+    else
+        set_result(r, PB_OUT_RETRY, "broker nacked the message");
+}
+
+static void on_confirm(amqp_sink_t *s, batch_t *b, uint64_t tag, bool multiple, bool ack)
+{
+    if (!b || b->nslots == 0) {
+        log_debug(FAC, "ignoring %s for delivery tag %llu outside a batch", ack ? "ack" : "nack",
+                  (unsigned long long)tag);
+        return;
+    }
+    uint64_t last = b->first_tag + b->nslots - 1;
+    size_t hi;
+    if (multiple && tag == 0) { /* "everything outstanding" */
+        hi = b->nslots - 1;
+    } else if (tag < b->first_tag || tag > last) {
+        log_warn(FAC, "ignoring %s for unexpected delivery tag %llu (batch has %llu..%llu)",
+                 ack ? "ack" : "nack", (unsigned long long)tag,
+                 (unsigned long long)b->first_tag, (unsigned long long)last);
+        return;
+    } else {
+        hi = (size_t)(tag - b->first_tag);
+    }
+    size_t lo = multiple ? b->low : hi;
+    for (size_t k = lo; k <= hi; k++) {
+        if (!s->slot_done[k])
+            resolve(s, b, k, ack);
+    }
+    advance_low(b, s->slot_done);
+    if (!ack)
+        log_warn(FAC, "rabbitmq nacked delivery tag %llu%s: the events will be retried",
+                 (unsigned long long)tag, multiple ? " and those before it" : "");
+}
+
+/* Every slot still without a confirm: done, and RETRY with reason unless already decided. */
+static void fail_pending(amqp_sink_t *s, batch_t *b, const char *reason)
+{
+    if (!b)
+        return;
+    for (size_t k = b->low; k < b->nslots; k++) {
+        if (s->slot_done[k])
+            continue;
+        s->slot_done[k] = 1;
+        pb_result_t *r = &b->results[s->slot_event[k]];
+        if (r->outcome == PB_OUT_UNTRIED)
+            set_result(r, PB_OUT_RETRY, reason);
+    }
+    b->pending = 0;
+    b->low = b->nslots;
+}
+
+/* The connection is unusable: fails the batch's unconfirmed events and drops the connection. */
+static pb_status_t lost(amqp_sink_t *s, batch_t *b, pb_error_t *err, const char *fmt, ...)
+    PB_PRINTF(4, 5);
+static pb_status_t lost(amqp_sink_t *s, batch_t *b, pb_error_t *err, const char *fmt, ...)
+{
+    char reason[240];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    size_t n = b ? b->pending : 0;
+    fail_pending(s, b, reason);
+    drop_connection(s);
+    log_warn(FAC, "rabbitmq at %s: %s (%zu unconfirmed events will be retried)", s->where, reason, n);
+    return pb_fail(err, PB_TRANSIENT, "rabbitmq at %s: %s", s->where, reason);
+}
+
+static int wait_frame(amqp_sink_t *s, amqp_frame_t *f, int64_t deadline_ms)
+{
+    struct timeval tv = ms_to_tv(deadline_ms - pb_monotonic_ms());
+    return amqp_simple_wait_frame_noblock(s->conn, f, &tv);
+}
+
+/* basic.return: the message's content header and body follow and must be consumed. The event is
+ * found by its message_id; it becomes RETRY now so that the ack which follows leaves it alone. */
+static pb_status_t on_return(amqp_sink_t *s, batch_t *b, const amqp_basic_return_t *ret,
+                             int64_t deadline_ms, pb_error_t *err)
+{
+    char text[64], exchange[SHORTSTR_MAX + 1], rkey[SHORTSTR_MAX + 1], reason[240];
+    /* precisions keep the whole text within pb_result_t.error */
+    snprintf(reason, sizeof reason, "unroutable: %.32s (%u) exchange=%.72s routing_key=%.72s",
+             bytes_text(ret->reply_text, text, sizeof text), (unsigned)ret->reply_code,
+             bytes_text(ret->exchange, exchange, sizeof exchange),
+             bytes_text(ret->routing_key, rkey, sizeof rkey));
+
+    amqp_frame_t f;
+    int rc = wait_frame(s, &f, deadline_ms);
+    if (rc != AMQP_STATUS_OK)
+        return lost(s, b, err, "reading a returned message: %s", amqp_error_string2(rc));
+    if (f.frame_type != AMQP_FRAME_HEADER || f.channel != CHANNEL)
+        return lost(s, b, err, "protocol error: no content header after basic.return");
+    const amqp_basic_properties_t *p = f.payload.properties.decoded;
+    char msgid[SHORTSTR_MAX + 1] = "";
+    if (p && (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG))
+        bytes_text(p->message_id, msgid, sizeof msgid);
+    uint64_t body = f.payload.properties.body_size;
+    for (uint64_t got = 0; got < body; got += f.payload.body_fragment.len) {
+        rc = wait_frame(s, &f, deadline_ms);
+        if (rc != AMQP_STATUS_OK)
+            return lost(s, b, err, "reading a returned message: %s", amqp_error_string2(rc));
+        if (f.frame_type != AMQP_FRAME_BODY || f.channel != CHANNEL)
+            return lost(s, b, err, "protocol error: incomplete body of a returned message");
+    }
+
+    if (b) {
+        for (size_t k = b->low; k < b->nslots; k++) {
+            const pb_event_t *ev = &b->events[s->slot_event[k]];
+            pb_result_t *r = &b->results[s->slot_event[k]];
+            if (s->slot_done[k] || r->outcome != PB_OUT_UNTRIED || !ev->event_id ||
+                strcmp(ev->event_id, msgid) != 0)
+                continue;
+            set_result(r, PB_OUT_RETRY, reason);
+            log_warn(FAC, "event %s returned by rabbitmq: %s", msgid, reason);
+            return PB_OK;
+        }
+    }
+    /* Cannot tell which event came back: every unconfirmed one is retried rather than risk
+     * marking an unrouted event published. */
+    log_warn(FAC, "returned message with unknown message_id \"%s\" (%s): retrying every "
+                  "unconfirmed event of the batch", msgid, reason);
+    if (b) {
+        for (size_t k = b->low; k < b->nslots; k++) {
+            pb_result_t *r = &b->results[s->slot_event[k]];
+            if (!s->slot_done[k] && r->outcome == PB_OUT_UNTRIED)
+                set_result(r, PB_OUT_RETRY, reason);
+        }
+    }
+    return PB_OK;
+}
+
+/* Slot of the message a "406 message size N is larger than configured max size M" channel
+ * close refers to: the unconfirmed event whose body is N bytes, else the first larger than M,
+ * else the first unconfirmed one. SIZE_MAX when none is left. */
+static size_t oversize_culprit(amqp_sink_t *s, const batch_t *b, const char *text)
+{
+    unsigned long long size = 0, max = 0;
+    const char *p = strstr(text, "message size ");
+    bool have_size = p && sscanf(p, "message size %llu", &size) == 1;
+    const char *q = strstr(text, "max size ");
+    bool have_max = q && sscanf(q, "max size %llu", &max) == 1;
+    size_t first = SIZE_MAX, larger = SIZE_MAX;
+    for (size_t k = b->low; k < b->nslots; k++) {
+        if (s->slot_done[k] || b->results[s->slot_event[k]].outcome != PB_OUT_UNTRIED)
+            continue;
+        size_t len = b->events[s->slot_event[k]].payload_len;
+        if (have_size && len == size)
+            return k;
+        if (first == SIZE_MAX)
+            first = k;
+        if (have_max && larger == SIZE_MAX && len > max)
+            larger = k;
+    }
+    return larger != SIZE_MAX ? larger : first;
+}
+
+static pb_status_t on_channel_close(amqp_sink_t *s, batch_t *b, const amqp_channel_close_t *c,
+                                    pb_error_t *err)
+{
+    char text[200], reason[240];
+    unsigned code = c->reply_code;
+    bytes_text(c->reply_text, text, sizeof text);
+    if (send_channel_close_ok(s) != AMQP_STATUS_OK)
+        return lost(s, b, err, "channel closed by rabbitmq (%u %s) and the connection failed",
+                    code, text);
+
+    size_t n = b ? b->pending : 0; /* to be retried */
+    if (b && code == AMQP_PRECONDITION_FAILED && strstr(text, "size")) {
+        size_t k = oversize_culprit(s, b, text);
+        if (k != SIZE_MAX) {
+            n--;
+            const pb_event_t *ev = &b->events[s->slot_event[k]];
+            set_resultf(&b->results[s->slot_event[k]], PB_OUT_REJECT,
+                        "rabbitmq refused the message: %u %s", code, text);
+            log_warn(FAC, "event %s (%zu bytes) refused by rabbitmq: %u %s",
+                     ev->event_id ? ev->event_id : "?", ev->payload_len, code, text);
+        }
+    }
+    snprintf(reason, sizeof reason, "channel closed: %u %s", code, text);
+    fail_pending(s, b, reason);
+    log_warn(FAC, "rabbitmq closed the channel: %u %s (%zu unconfirmed events will be retried); "
+                  "reopening it", code, text, n);
+
+    pb_error_t why;
+    if (setup_channel(s, &why) != PB_OK) {
+        drop_connection(s);
+        return pb_fail(err, PB_TRANSIENT, "rabbitmq closed the channel (%u %s) and reopening it "
+                                          "failed: %s", code, text, why.msg);
+    }
+    return PB_OK;
+}
+
+static pb_status_t on_connection_close(amqp_sink_t *s, batch_t *b,
+                                       const amqp_connection_close_t *c, pb_error_t *err)
+{
+    char text[200];
+    unsigned code = c->reply_code;
+    bytes_text(c->reply_text, text, sizeof text);
+    amqp_connection_close_ok_t ok = {0};
+    (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok); /* courtesy */
+    return lost(s, b, err, "connection closed by broker: %u %s", code, text);
+}
+
+/* Dispatches one frame read outside an RPC. b is NULL when no batch is in flight (idle). */
+static pb_status_t handle_frame(amqp_sink_t *s, batch_t *b, const amqp_frame_t *f,
+                                int64_t deadline_ms, pb_error_t *err)
+{
+    if (f->frame_type != AMQP_FRAME_METHOD) {
+        log_debug(FAC, "ignoring frame of type %d on channel %d", f->frame_type, f->channel);
+        return PB_OK;
+    }
+    const amqp_method_t *m = &f->payload.method;
+    if (f->channel == 0) {
+        if (m->id == AMQP_CONNECTION_CLOSE_METHOD)
+            return on_connection_close(s, b, m->decoded, err);
+        log_debug(FAC, "ignoring method 0x%08x on channel 0", (unsigned)m->id);
+        return PB_OK;
+    }
+    if (f->channel != CHANNEL) {
+        log_debug(FAC, "ignoring method 0x%08x on channel %d", (unsigned)m->id, f->channel);
+        return PB_OK;
+    }
+    switch (m->id) {
+    case AMQP_BASIC_ACK_METHOD: {
+        const amqp_basic_ack_t *a = m->decoded;
+        on_confirm(s, b, a->delivery_tag, a->multiple, true);
+        return PB_OK;
+    }
+    case AMQP_BASIC_NACK_METHOD: {
+        const amqp_basic_nack_t *a = m->decoded;
+        on_confirm(s, b, a->delivery_tag, a->multiple, false);
+        return PB_OK;
+    }
+    case AMQP_BASIC_RETURN_METHOD:
+        return on_return(s, b, m->decoded, deadline_ms, err);
+    case AMQP_CHANNEL_CLOSE_METHOD:
+        return on_channel_close(s, b, m->decoded, err);
+    default:
+        log_debug(FAC, "ignoring method 0x%08x on channel %d", (unsigned)m->id, CHANNEL);
+        return PB_OK;
+    }
+}
+
+/* Reads frames until every slot of b is confirmed. drain: only what is already readable, for a
+ * connection that failed while publishing (returns PB_OK with slots left pending). */
+static pb_status_t await_confirms(amqp_sink_t *s, batch_t *b, int64_t deadline_ms, bool drain,
+                                  pb_error_t *err)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    while (b->pending > 0) {
+        amqp_frame_t f;
+        int rc = wait_frame(s, &f, deadline_ms);
+        if (rc == AMQP_STATUS_TIMEOUT) {
+            if (drain)
+                return PB_OK;
+            return lost(s, b, err, "no confirm for %zu of %zu messages within %lld ms", b->pending,
+                        b->nslots, (long long)cfg->amqp_confirm_timeout);
+        }
+        if (rc != AMQP_STATUS_OK)
+            return lost(s, b, err, "connection lost while waiting for confirms: %s",
+                        amqp_error_string2(rc));
+        pb_status_t st = handle_frame(s, b, &f, deadline_ms, err);
+        if (st != PB_OK)
+            return st;
+    }
+    return PB_OK;
+}
+
+/* ---- publishing ----------------------------------------------------------------------------- */
+
+static bool headers_present(const char *json)
+{
+    if (!json)
+        return false;
+    const char *p = json + strspn(json, " \t\r\n");
+    if (*p != '{')
+        return *p != '\0';
+    p++;
+    p += strspn(p, " \t\r\n");
+    return *p != '}'; /* "{}" is by far the most common: skip the parser */
+}
+
+static amqp_bytes_t cbytes(const char *s, size_t len)
+{
+    amqp_bytes_t b = {.len = len, .bytes = (void *)(uintptr_t)s}; /* rabbitmq-c only reads it */
+    return b;
+}
+
+/* Fills the properties of ev. Header table entries live in the batch pool and may point into
+ * *root, which the caller releases after the publish. Returns false with *res REJECT when the
+ * event cannot be sent as an AMQP message. */
+static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
+                        amqp_basic_properties_t *props, json_t **root_out, pb_result_t *res)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    *root_out = NULL;
+    size_t idlen = ev->event_id ? strlen(ev->event_id) : 0;
+    size_t typelen = ev->event_type ? strlen(ev->event_type) : 0;
+    size_t applen = strlen(cfg->amqp_app_id);
+    if (idlen > SHORTSTR_MAX || typelen > SHORTSTR_MAX) {
+        set_result(res, PB_OUT_REJECT, idlen > SHORTSTR_MAX ? "event_id longer than 255 bytes"
+                                                           : "event_type longer than 255 bytes");
+        return false;
+    }
+
+    memset(props, 0, sizeof *props);
+    props->_flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
+                    AMQP_BASIC_TIMESTAMP_FLAG | AMQP_BASIC_HEADERS_FLAG;
+    props->content_type = cbytes(CONTENT_TYPE, sizeof CONTENT_TYPE - 1);
+    props->delivery_mode = AMQP_DELIVERY_PERSISTENT;
+    props->timestamp = ev->created_at_us > 0 ? (uint64_t)(ev->created_at_us / 1000000) : 0;
+    if (ev->event_id) {
+        props->_flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
+        props->message_id = cbytes(ev->event_id, idlen);
+    }
+    if (ev->event_type) {
+        props->_flags |= AMQP_BASIC_TYPE_FLAG;
+        props->type = cbytes(ev->event_type, typelen);
+    }
+    if (applen) {
+        props->_flags |= AMQP_BASIC_APP_ID_FLAG;
+        props->app_id = cbytes(cfg->amqp_app_id, applen);
+    }
+    /* encoded size of the content header frame: frame header+end 8, class/weight/size/flags 14,
+     * the short strings with their length byte, delivery mode 1, timestamp 8, table length 4 */
+    size_t est = 8 + 14 + 1 + sizeof CONTENT_TYPE - 1 + 1 + 8 + 4;
+    est += (idlen ? 1 + idlen : 0) + (typelen ? 1 + typelen : 0) + (applen ? 1 + applen : 0);
+
+    json_t *root = NULL;
+    size_t nuser = 0;
+    if (headers_present(ev->headers)) {
+        json_error_t jerr;
+        root = json_loads(ev->headers, JSON_DECODE_ANY, &jerr);
+        if (!root) {
+            set_resultf(res, PB_OUT_REJECT, "headers are not valid JSON: %s", jerr.text);
+            return false;
+        }
+        if (json_is_null(root)) {
+            json_decref(root);
+            root = NULL;
+        } else if (!json_is_object(root)) {
+            json_decref(root);
+            set_result(res, PB_OUT_REJECT, "headers must be a JSON object");
+            return false;
+        } else {
+            nuser = json_object_size(root);
+        }
+    }
+
+    amqp_table_entry_t *e = amqp_pool_alloc(&s->pool, sizeof *e * (nuser + 2));
+    if (!e) {
+        json_decref(root);
+        set_result(res, PB_OUT_RETRY, "out of memory building message headers");
+        return false;
+    }
+    size_t k = 0;
+    if (root) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(root, key, v) {
+            size_t klen = strlen(key);
+            if (strcmp(key, "aggregate_type") == 0 || strcmp(key, "aggregate_id") == 0)
+                continue; /* ours, from the row, win */
+            if (klen > SHORTSTR_MAX) {
+                set_resultf(res, PB_OUT_REJECT, "header name \"%.40s...\" longer than 255 bytes",
+                            key);
+                goto reject;
+            }
+            e[k].key = cbytes(key, klen);
+            est += 1 + klen + 1;
+            switch (json_typeof(v)) {
+            case JSON_STRING:
+                e[k].value.kind = AMQP_FIELD_KIND_UTF8;
+                e[k].value.value.bytes = cbytes(json_string_value(v), json_string_length(v));
+                est += 4 + json_string_length(v);
+                break;
+            case JSON_INTEGER:
+                e[k].value.kind = AMQP_FIELD_KIND_I64;
+                e[k].value.value.i64 = (int64_t)json_integer_value(v);
+                est += 8;
+                break;
+            case JSON_TRUE:
+            case JSON_FALSE:
+                e[k].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+                e[k].value.value.boolean = json_is_true(v);
+                est += 1;
+                break;
+            default: { /* objects, arrays, reals, null: their compact JSON text */
+                char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+                if (!txt) {
+                    set_result(res, PB_OUT_RETRY, "out of memory building message headers");
+                    goto reject;
+                }
+                size_t tl = strlen(txt);
+                char *copy = amqp_pool_alloc(&s->pool, tl + 1);
+                if (copy)
+                    memcpy(copy, txt, tl + 1);
+                free(txt);
+                if (!copy) {
+                    set_result(res, PB_OUT_RETRY, "out of memory building message headers");
+                    goto reject;
+                }
+                e[k].value.kind = AMQP_FIELD_KIND_UTF8;
+                e[k].value.value.bytes = cbytes(copy, tl);
+                est += 4 + tl;
+                break;
+            }
+            }
+            k++;
+        }
+    }
+    static const char *const own[2] = {"aggregate_type", "aggregate_id"};
+    const char *vals[2] = {ev->aggregate_type, ev->aggregate_id};
+    for (int i = 0; i < 2; i++) {
+        if (!vals[i])
+            continue;
+        size_t vlen = strlen(vals[i]);
+        e[k].key = cbytes(own[i], strlen(own[i]));
+        e[k].value.kind = AMQP_FIELD_KIND_UTF8;
+        e[k].value.value.bytes = cbytes(vals[i], vlen);
+        est += 1 + e[k].key.len + 1 + 4 + vlen;
+        k++;
+    }
+    if (est > frame_max) {
+        /* rabbitmq-c would fail half-way through the frames and break the connection */
+        set_resultf(res, PB_OUT_REJECT,
+                    "message properties of about %zu bytes exceed the AMQP frame size of %zu bytes "
+                    "(headers too large)", est, frame_max);
+        goto reject;
+    }
+    props->headers.num_entries = (int)k;
+    props->headers.entries = e;
+    *root_out = root;
+    return true;
+
+reject:
+    json_decref(root);
+    return false;
+}
+
+static void ensure_slots(amqp_sink_t *s, size_t n)
+{
+    if (n <= s->slot_cap)
+        return;
+    s->slot_event = pb_realloc(s->slot_event, n * sizeof *s->slot_event);
+    s->slot_done = pb_realloc(s->slot_done, n);
+    s->slot_cap = n;
+}
+
+static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t n,
+                                pb_result_t *results, pb_error_t *err)
+{
+    amqp_sink_t *s = (amqp_sink_t *)snk;
+    const pb_config_t *cfg = snk->cfg;
+    if (!s->conn || !s->channel_open) {
+        for (size_t i = 0; i < n; i++) {
+            if (results[i].outcome == PB_OUT_UNTRIED)
+                set_result(&results[i], PB_OUT_RETRY, "not connected to rabbitmq");
+        }
+        return pb_fail(err, PB_TRANSIENT, "not connected to rabbitmq at %s", s->where);
+    }
+    ensure_slots(s, n);
+
+    batch_t b = {.events = events, .results = results, .first_tag = s->last_tag + 1};
+    amqp_bytes_t exchange = amqp_cstring_bytes(cfg->amqp_exchange);
+    size_t frame_max = (size_t)amqp_get_frame_max(s->conn);
+    amqp_boolean_t mandatory = cfg->amqp_mandatory;
+    int pub_rc = AMQP_STATUS_OK;
+    size_t rejected = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (results[i].outcome != PB_OUT_UNTRIED)
+            continue; /* held back by the relay */
+        const pb_event_t *ev = &events[i];
+        pb_result_t *res = &results[i];
+        if (pub_rc != AMQP_STATUS_OK) {
+            set_resultf(res, PB_OUT_RETRY, "not published: connection lost: %s",
+                        amqp_error_string2(pub_rc));
+            continue;
+        }
+        if ((int64_t)ev->payload_len > cfg->amqp_max_message_size) {
+            set_resultf(res, PB_OUT_REJECT, "payload of %zu bytes exceeds amqp.max_message_size %lld",
+                        ev->payload_len, (long long)cfg->amqp_max_message_size);
+            rejected++;
+            continue;
+        }
+        char rkey[SHORTSTR_MAX + 1];
+        if (!pb_route_render(cfg->amqp_routing_key, ev, rkey, sizeof rkey)) {
+            set_result(res, PB_OUT_REJECT, "routing key longer than 255 bytes");
+            rejected++;
+            continue;
+        }
+        amqp_basic_properties_t props;
+        json_t *root;
+        if (!build_props(s, ev, frame_max, &props, &root, res)) {
+            rejected += res->outcome == PB_OUT_REJECT;
+            continue;
+        }
+        int rc = amqp_basic_publish(s->conn, CHANNEL, exchange, amqp_cstring_bytes(rkey),
+                                    mandatory, 0, &props, cbytes(ev->payload, ev->payload_len));
+        json_decref(root);
+        if (rc != AMQP_STATUS_OK) {
+            /* frames of this message may be half written: the connection is unusable */
+            pub_rc = rc;
+            set_resultf(res, PB_OUT_RETRY, "connection lost while publishing: %s",
+                        amqp_error_string2(rc));
+            continue;
+        }
+        s->slot_event[b.nslots] = i;
+        s->slot_done[b.nslots] = 0;
+        b.nslots++;
+        s->last_tag++;
+    }
+    b.pending = b.nslots;
+    if (rejected)
+        log_warn(FAC, "%zu events of the batch cannot be published to rabbitmq (see their "
+                      "last_error)", rejected);
+
+    pb_status_t st = PB_OK;
+    if (pub_rc != AMQP_STATUS_OK) {
+        /* take the confirms (or the broker's close) already received, then give up */
+        st = await_confirms(s, &b, pb_monotonic_ms(), true, err);
+        if (s->conn)
+            st = lost(s, &b, err, "connection lost while publishing: %s",
+                      amqp_error_string2(pub_rc));
+    } else if (b.nslots > 0) {
+        st = await_confirms(s, &b, pb_monotonic_ms() + cfg->amqp_confirm_timeout, false, err);
+    }
+    log_debug(FAC, "batch of %zu: %zu sent (tags %llu..%llu), %zu rejected before sending", n,
+              b.nslots, (unsigned long long)b.first_tag,
+              (unsigned long long)(b.first_tag + b.nslots - 1), rejected);
+
+    recycle_amqp_pool(&s->pool);
+    if (s->conn)
+        amqp_maybe_release_buffers(s->conn);
+    return st;
+}
+
+/* ---- idle / free / new ---------------------------------------------------------------------- */
+
+static pb_status_t sink_idle(pb_sink_t *snk, pb_error_t *err)
+{
+    amqp_sink_t *s = (amqp_sink_t *)snk;
+    if (!s->conn)
+        return pb_fail(err, PB_TRANSIENT, "not connected to rabbitmq at %s", s->where);
+    /* a zero timeout still sends a due heartbeat and notices a missed one (rabbitmq-c checks
+     * both before polling the socket) */
+    for (int i = 0; i < IDLE_MAX_FRAMES; i++) {
+        amqp_frame_t f;
+        struct timeval tv = {0, 0};
+        int rc = amqp_simple_wait_frame_noblock(s->conn, &f, &tv);
+        if (rc == AMQP_STATUS_TIMEOUT)
+            break;
+        if (rc != AMQP_STATUS_OK)
+            return lost(s, NULL, err, "connection lost: %s", amqp_error_string2(rc));
+        pb_status_t st = handle_frame(s, NULL, &f, pb_monotonic_ms() + snk->cfg->amqp_confirm_timeout,
+                                      err);
+        if (st != PB_OK)
+            return st;
+    }
+    amqp_maybe_release_buffers(s->conn);
+    return PB_OK;
+}
+
+static void sink_free(pb_sink_t *snk)
+{
+    if (!snk)
+        return;
+    amqp_sink_t *s = (amqp_sink_t *)snk;
+    close_politely(s);
+    pb_amqp_url_free(&s->url);
+    empty_amqp_pool(&s->pool);
+    free(s->slot_event);
+    free(s->slot_done);
+    free(s);
+}
+
+static const pb_sink_ops_t amqp_ops = {
+    .name = "amqp",
+    .connect = sink_connect,
+    .publish = sink_publish,
+    .idle = sink_idle,
+    .free = sink_free,
+};
+
+pb_status_t pb_sink_amqp_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err)
+{
+    *out = NULL;
+    if (strlen(cfg->amqp_exchange) > SHORTSTR_MAX)
+        return pb_fail(err, PB_FATAL, "amqp.exchange is longer than 255 bytes");
+    if (strlen(cfg->amqp_app_id) > SHORTSTR_MAX)
+        return pb_fail(err, PB_FATAL, "amqp.app_id is longer than 255 bytes");
+    pb_error_t why;
+    if (pb_route_check_template(cfg->amqp_routing_key, &why) != PB_OK)
+        return pb_fail(err, PB_FATAL, "amqp.routing_key: %s", why.msg);
+
+    amqp_sink_t *s = pb_malloc(sizeof *s);
+    memset(s, 0, sizeof *s);
+    pb_status_t st = pb_amqp_url_parse(cfg->amqp_url, &s->url, err);
+    if (st != PB_OK) {
+        free(s);
+        return st;
+    }
+    s->base.ops = &amqp_ops;
+    s->base.cfg = cfg;
+    if (strchr(s->url.host, ':'))
+        snprintf(s->where, sizeof s->where, "[%s]:%d", s->url.host, s->url.port);
+    else
+        snprintf(s->where, sizeof s->where, "%s:%d", s->url.host, s->url.port);
+    /* whole seconds on the wire; never round a small nonzero interval down to "disabled" */
+    int64_t hb = cfg->amqp_heartbeat > 0 ? (cfg->amqp_heartbeat + 999) / 1000 : 0;
+    s->heartbeat_s = (int)(hb > 65535 ? 65535 : hb);
+    init_amqp_pool(&s->pool, POOL_PAGE);
+    *out = &s->base;
+    return PB_OK;
+}

@@ -1,0 +1,233 @@
+#include "store/outbox.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/pg.h"
+
+/* An event is due when its retry time has come and no earlier event of its aggregate is waiting
+ * for a retry (that one must go first: per-aggregate order). The NOT EXISTS probes the
+ * outbox_retrying index, which is empty while nothing fails. */
+static const char claim_sql[] =
+    "SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text, "
+    "       o.headers::text, o.destination, "
+    "       (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts "
+    "FROM postbox.outbox o "
+    "WHERE o.published_at IS NULL AND o.next_attempt_at <= now() "
+    "  AND NOT EXISTS (SELECT 1 FROM postbox.outbox b "
+    "                  WHERE b.published_at IS NULL AND b.attempts > 0 "
+    "                    AND b.aggregate_type = o.aggregate_type "
+    "                    AND b.aggregate_id = o.aggregate_id "
+    "                    AND b.id < o.id AND b.next_attempt_at > now()) "
+    "ORDER BY o.id LIMIT $1 "
+    "FOR UPDATE OF o SKIP LOCKED";
+
+static const char mark_sql[] =
+    "UPDATE postbox.outbox SET published_at = now() WHERE id = ANY($1::bigint[])";
+
+static const char delete_sql[] = "DELETE FROM postbox.outbox WHERE id = ANY($1::bigint[])";
+
+static const char retry_sql[] =
+    "UPDATE postbox.outbox o "
+    "SET attempts = o.attempts + 1, last_error = f.err, "
+    "    next_attempt_at = now() + f.delay_ms * interval '1 millisecond' "
+    "FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS f(id, err, delay_ms) "
+    "WHERE o.id = f.id";
+
+static const char dead_sql[] =
+    "WITH f AS (SELECT * FROM unnest($1::bigint[], $2::text[]) AS f(id, reason)), "
+    "moved AS (DELETE FROM postbox.outbox o USING f WHERE o.id = f.id "
+    "          RETURNING o.*, f.reason) "
+    "INSERT INTO postbox.dead_letters (outbox_id, event_id, aggregate_type, aggregate_id, "
+    "    event_type, payload, headers, destination, created_at, attempts, last_error, reason) "
+    "SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "
+    "       destination, created_at, attempts + 1, last_error, reason FROM moved";
+
+static const char pending_sql[] =
+    "SELECT count(*) FROM postbox.outbox WHERE published_at IS NULL";
+
+void pb_outbox_init(pb_outbox_t *ob, PGconn *conn, bool delete_on_publish)
+{
+    memset(ob, 0, sizeof *ob);
+    ob->conn = conn;
+    ob->delete_on_publish = delete_on_publish;
+}
+
+static void clear_batch(pb_outbox_t *ob)
+{
+    PQclear(ob->batch);
+    ob->batch = NULL;
+    ob->n_events = 0;
+}
+
+void pb_outbox_free(pb_outbox_t *ob)
+{
+    clear_batch(ob);
+    free(ob->events);
+    ob->events = NULL;
+    pb_buf_free(&ob->published_ids);
+    pb_buf_free(&ob->retry_ids);
+    pb_buf_free(&ob->retry_errors);
+    pb_buf_free(&ob->retry_delays);
+    pb_buf_free(&ob->dead_ids);
+    pb_buf_free(&ob->dead_reasons);
+}
+
+static pb_status_t prepare(PGconn *conn, const char *name, const char *sql, pb_error_t *err)
+{
+    PGresult *res = PQprepare(conn, name, sql, 0, NULL);
+    pb_status_t st = pb_pg_check(conn, res, PGRES_COMMAND_OK, name, err);
+    if (st == PB_OK)
+        PQclear(res);
+    return st;
+}
+
+pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err)
+{
+    pb_status_t st;
+    if ((st = prepare(ob->conn, "pb_claim", claim_sql, err)) != PB_OK ||
+        (st = prepare(ob->conn, "pb_publish",
+                      ob->delete_on_publish ? delete_sql : mark_sql, err)) != PB_OK ||
+        (st = prepare(ob->conn, "pb_retry", retry_sql, err)) != PB_OK ||
+        (st = prepare(ob->conn, "pb_dead", dead_sql, err)) != PB_OK)
+        return st;
+    return PB_OK;
+}
+
+pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, pb_error_t *err)
+{
+    clear_batch(ob);
+    pb_status_t st = pb_pg_exec(ob->conn, "BEGIN", err);
+    if (st != PB_OK)
+        return st;
+    char limit_text[16];
+    snprintf(limit_text, sizeof limit_text, "%d", limit);
+    const char *params[1] = {limit_text};
+    PGresult *res = PQexecPrepared(ob->conn, "pb_claim", 1, params, NULL, NULL, 0);
+    if ((st = pb_pg_check(ob->conn, res, PGRES_TUPLES_OK, "claim outbox batch", err)) != PB_OK) {
+        pb_outbox_rollback(ob);
+        return st;
+    }
+    size_t n = (size_t)PQntuples(res);
+    if (n > ob->cap_events) {
+        ob->events = pb_realloc(ob->events, n * sizeof *ob->events);
+        ob->cap_events = n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int r = (int)i;
+        pb_event_t *ev = &ob->events[i];
+        ev->id = strtoll(PQgetvalue(res, r, 0), NULL, 10);
+        ev->event_id = PQgetvalue(res, r, 1);
+        ev->aggregate_type = PQgetvalue(res, r, 2);
+        ev->aggregate_id = PQgetvalue(res, r, 3);
+        ev->event_type = PQgetvalue(res, r, 4);
+        ev->payload = PQgetvalue(res, r, 5);
+        ev->payload_len = (size_t)PQgetlength(res, r, 5);
+        ev->headers = PQgetvalue(res, r, 6);
+        ev->destination = PQgetisnull(res, r, 7) ? NULL : PQgetvalue(res, r, 7);
+        ev->created_at_us = strtoll(PQgetvalue(res, r, 8), NULL, 10);
+        ev->attempts = atoi(PQgetvalue(res, r, 9));
+    }
+    ob->batch = res;
+    ob->n_events = n;
+    return PB_OK;
+}
+
+void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
+                            const pb_settle_plan_t *plans, pb_settle_counts_t *counts)
+{
+    pb_buf_t *bufs[] = {&ob->published_ids, &ob->retry_ids, &ob->retry_errors,
+                        &ob->retry_delays, &ob->dead_ids, &ob->dead_reasons};
+    const size_t n_bufs = sizeof bufs / sizeof bufs[0];
+    for (size_t b = 0; b < n_bufs; b++) {
+        pb_buf_reset(bufs[b]);
+        pb_buf_putc(bufs[b], '{');
+    }
+    memset(counts, 0, sizeof *counts);
+    for (size_t i = 0; i < ob->n_events; i++) {
+        long long id = (long long)ob->events[i].id;
+        switch (results[i].outcome) {
+        case PB_OUT_PUBLISHED:
+            pb_buf_printf(&ob->published_ids, "%s%lld", counts->published ? "," : "", id);
+            counts->published++;
+            break;
+        case PB_OUT_RETRY:
+        case PB_OUT_REJECT:
+            if (plans[i].dead) {
+                const char *sep = counts->dead ? "," : "";
+                pb_buf_printf(&ob->dead_ids, "%s%lld", sep, id);
+                pb_buf_puts(&ob->dead_reasons, sep);
+                pb_buf_append_array_text(&ob->dead_reasons, plans[i].reason);
+                counts->dead++;
+            } else {
+                const char *sep = counts->retried ? "," : "";
+                pb_buf_printf(&ob->retry_ids, "%s%lld", sep, id);
+                pb_buf_puts(&ob->retry_errors, sep);
+                pb_buf_append_array_text(&ob->retry_errors, results[i].error);
+                pb_buf_printf(&ob->retry_delays, "%s%lld", sep, (long long)plans[i].retry_delay_ms);
+                counts->retried++;
+            }
+            break;
+        default:
+            counts->untried++;
+            break;
+        }
+    }
+    for (size_t b = 0; b < n_bufs; b++)
+        pb_buf_putc(bufs[b], '}');
+}
+
+static pb_status_t exec_prepared(pb_outbox_t *ob, const char *name, int nparams,
+                                 const char *const *params, pb_error_t *err)
+{
+    PGresult *res = PQexecPrepared(ob->conn, name, nparams, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(ob->conn, res, PGRES_COMMAND_OK, name, err);
+    if (st == PB_OK)
+        PQclear(res);
+    return st;
+}
+
+pb_status_t pb_outbox_settle(pb_outbox_t *ob, const pb_result_t *results,
+                             const pb_settle_plan_t *plans, pb_settle_counts_t *counts,
+                             pb_error_t *err)
+{
+    pb_outbox_build_arrays(ob, results, plans, counts);
+    pb_status_t st = PB_OK;
+    if (counts->published) {
+        const char *p[1] = {ob->published_ids.data};
+        st = exec_prepared(ob, "pb_publish", 1, p, err);
+    }
+    if (st == PB_OK && counts->retried) {
+        const char *p[3] = {ob->retry_ids.data, ob->retry_errors.data, ob->retry_delays.data};
+        st = exec_prepared(ob, "pb_retry", 3, p, err);
+    }
+    if (st == PB_OK && counts->dead) {
+        const char *p[2] = {ob->dead_ids.data, ob->dead_reasons.data};
+        st = exec_prepared(ob, "pb_dead", 2, p, err);
+    }
+    if (st == PB_OK)
+        st = pb_pg_exec(ob->conn, "COMMIT", err);
+    else
+        pb_outbox_rollback(ob);
+    clear_batch(ob);
+    return st;
+}
+
+void pb_outbox_rollback(pb_outbox_t *ob)
+{
+    if (PQstatus(ob->conn) == CONNECTION_OK)
+        PQclear(PQexec(ob->conn, "ROLLBACK"));
+    clear_batch(ob);
+}
+
+pb_status_t pb_outbox_pending(pb_outbox_t *ob, int64_t *count, pb_error_t *err)
+{
+    PGresult *res = PQexec(ob->conn, pending_sql);
+    pb_status_t st = pb_pg_check(ob->conn, res, PGRES_TUPLES_OK, "count pending events", err);
+    if (st != PB_OK)
+        return st;
+    *count = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    return PB_OK;
+}

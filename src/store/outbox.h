@@ -1,0 +1,71 @@
+/* The relay's side of postbox.outbox: claim a batch of due events, settle their outcomes.
+ *
+ * One batch is one transaction: pb_outbox_claim opens it and locks the rows (FOR UPDATE SKIP
+ * LOCKED), pb_outbox_settle writes every outcome with one set-based statement per kind and
+ * commits. If anything fails in between, the transaction is rolled back (or dies with the
+ * connection) and the rows are simply claimed again: at least once, never lost. */
+#ifndef PB_STORE_OUTBOX_H
+#define PB_STORE_OUTBOX_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "common/event.h"
+#include "common/str.h"
+
+typedef struct pb_outbox {
+    PGconn *conn;           /* borrowed */
+    bool delete_on_publish; /* on_publish = delete */
+    PGresult *batch;        /* rows of the claimed batch; events[] point into it */
+    pb_event_t *events;
+    size_t n_events;
+    size_t cap_events;
+    /* array literals for the settle statements, reused from batch to batch */
+    pb_buf_t published_ids, retry_ids, retry_errors, retry_delays, dead_ids, dead_reasons;
+} pb_outbox_t;
+
+/* What settle needs to know about one failed event besides its outcome. */
+typedef struct pb_settle_plan {
+    int64_t retry_delay_ms; /* for RETRY */
+    bool dead;              /* RETRY that exhausted its attempts, or REJECT */
+    const char *reason;     /* dead letter reason (RETRY: last error, REJECT: result error) */
+} pb_settle_plan_t;
+
+typedef struct pb_settle_counts {
+    size_t published;
+    size_t retried;
+    size_t dead;
+    size_t untried;
+} pb_settle_counts_t;
+
+void pb_outbox_init(pb_outbox_t *ob, PGconn *conn, bool delete_on_publish);
+/* Frees the batch and buffers (not the connection). */
+void pb_outbox_free(pb_outbox_t *ob);
+
+/* Prepares the statements; call after every (re)connect. */
+pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err) PB_MUSTCHECK;
+
+/* BEGIN, then claims up to limit due events in id order, skipping events whose aggregate has an
+ * earlier event waiting for a retry. ob->events / n_events hold the batch (possibly empty: the
+ * transaction is then still open; settle or rollback ends it). */
+pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, pb_error_t *err) PB_MUSTCHECK;
+
+/* Writes results (published, retried with plan delay, dead-lettered) and COMMITs. */
+pb_status_t pb_outbox_settle(pb_outbox_t *ob, const pb_result_t *results,
+                             const pb_settle_plan_t *plans, pb_settle_counts_t *counts,
+                             pb_error_t *err) PB_MUSTCHECK;
+
+/* Ends the open transaction without changes (ignores errors: the connection may be gone). */
+void pb_outbox_rollback(pb_outbox_t *ob);
+
+/* Rows still pending (published_at IS NULL), due or not. */
+pb_status_t pb_outbox_pending(pb_outbox_t *ob, int64_t *count, pb_error_t *err) PB_MUSTCHECK;
+
+/* Builds the array literals for settle; exposed for the unit tests. */
+void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
+                            const pb_settle_plan_t *plans, pb_settle_counts_t *counts);
+
+#endif

@@ -1,0 +1,114 @@
+#include "store/pg.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "common/backoff.h"
+#include "common/clock.h"
+#include "common/log.h"
+
+static void on_notice(void *arg, const char *message)
+{
+    (void)arg;
+    size_t n = strlen(message);
+    while (n && message[n - 1] == '\n')
+        n--;
+    log_info("pg", "server notice: %.*s", (int)n, message);
+}
+
+static void strip_newlines(char *s)
+{
+    for (char *p = s; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    size_t n = strlen(s);
+    while (n && s[n - 1] == ' ')
+        s[--n] = '\0';
+}
+
+pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err)
+{
+    *out = NULL;
+    char *parse_err = NULL;
+    PQconninfoOption *opts = PQconninfoParse(dsn, &parse_err);
+    if (!opts) {
+        pb_status_t st = pb_fail(err, PB_FATAL, "bad postgres.dsn: %s",
+                                 parse_err ? parse_err : "out of memory");
+        strip_newlines(err->msg);
+        PQfreemem(parse_err);
+        return st;
+    }
+    PQconninfoFree(opts);
+
+    PGconn *conn = PQconnectdb(dsn);
+    if (!conn)
+        return pb_fail(err, PB_TRANSIENT, "cannot allocate a postgresql connection");
+    if (PQstatus(conn) != CONNECTION_OK) {
+        pb_fail(err, PB_TRANSIENT, "%s", PQerrorMessage(conn));
+        strip_newlines(err->msg);
+        PQfinish(conn);
+        return PB_TRANSIENT;
+    }
+    PQsetNoticeProcessor(conn, on_notice, NULL);
+    *out = conn;
+    return PB_OK;
+}
+
+pb_status_t pb_pg_connect_retry(const char *dsn, int64_t cap_ms, volatile sig_atomic_t *stop,
+                                PGconn **out, pb_error_t *err)
+{
+    for (int attempt = 1;; attempt++) {
+        pb_status_t st = pb_pg_connect(dsn, out, err);
+        if (st != PB_TRANSIENT) {
+            if (st == PB_OK && attempt > 1)
+                log_info("pg", "connected to postgresql after %d attempts", attempt);
+            return st;
+        }
+        int64_t delay = pb_backoff_ms(attempt, 200, cap_ms, pb_random_unit());
+        log_warn("pg", "waiting for postgresql (attempt %d, next in %lld ms): %s", attempt,
+                 (long long)delay, err->msg);
+        int64_t until = pb_monotonic_ms() + delay;
+        while (!*stop && pb_monotonic_ms() < until)
+            pb_sleep_ms(until - pb_monotonic_ms());
+        if (*stop)
+            return pb_fail(err, PB_TRANSIENT, "interrupted while waiting for postgresql");
+    }
+}
+
+pb_status_t pb_pg_check(PGconn *conn, PGresult *res, ExecStatusType expected, const char *what,
+                        pb_error_t *err)
+{
+    if (res && PQresultStatus(res) == expected)
+        return PB_OK;
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    const char *msg = res ? PQresultErrorMessage(res) : "";
+    if (!msg || !*msg)
+        msg = PQerrorMessage(conn);
+    pb_fail(err, PB_FATAL, "%s: %s", what, msg);
+    strip_newlines(err->msg);
+    pb_status_t st = PB_FATAL;
+    if (PQstatus(conn) != CONNECTION_OK || !state)
+        st = PB_TRANSIENT;
+    else if (strncmp(state, "08", 2) == 0 || strcmp(state, "57P01") == 0 ||
+             strcmp(state, "57P02") == 0 || strcmp(state, "57P03") == 0 ||
+             strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
+             strcmp(state, "25P03") == 0)
+        st = PB_TRANSIENT;
+    PQclear(res);
+    return st;
+}
+
+pb_status_t pb_pg_exec(PGconn *conn, const char *sql, pb_error_t *err)
+{
+    PGresult *res = PQexec(conn, sql);
+    pb_status_t st = pb_pg_check(conn, res, PGRES_COMMAND_OK, sql, err);
+    if (st == PB_OK)
+        PQclear(res);
+    return st;
+}
+
+void pb_pg_describe(PGconn *conn, char *out, size_t outsz)
+{
+    const char *host = PQhost(conn);
+    snprintf(out, outsz, "%s:%s/%s", host && *host ? host : "(socket)", PQport(conn), PQdb(conn));
+}

@@ -1,0 +1,35 @@
+/* libpq helpers: connecting with backoff, classifying errors as transient or fatal. */
+#ifndef PB_STORE_PG_H
+#define PB_STORE_PG_H
+
+#include <libpq-fe.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+/* One attempt. PB_TRANSIENT when the server cannot be reached or refuses for now, PB_FATAL when
+ * the connection string itself is malformed. Routes server notices into our log. */
+pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err) PB_MUSTCHECK;
+
+/* Connects, retrying transient failures with exponential backoff (capped at cap_ms) and logging
+ * what it waits for, until it succeeds, a fatal error occurs, or *stop becomes non-zero
+ * (then PB_TRANSIENT with "interrupted"). */
+pb_status_t pb_pg_connect_retry(const char *dsn, int64_t cap_ms, volatile sig_atomic_t *stop,
+                                PGconn **out, pb_error_t *err) PB_MUSTCHECK;
+
+/* Checks a result: returns PB_OK when its status is `expected`. Otherwise fills err with
+ * "<what>: <server message>" and classifies: a lost connection, admin shutdown, serialization
+ * failure or deadlock is PB_TRANSIENT, anything else PB_FATAL. Clears res on failure. */
+pb_status_t pb_pg_check(PGconn *conn, PGresult *res, ExecStatusType expected, const char *what,
+                        pb_error_t *err) PB_MUSTCHECK;
+
+/* Runs a command without parameters or result rows ("BEGIN", "COMMIT", ...). */
+pb_status_t pb_pg_exec(PGconn *conn, const char *sql, pb_error_t *err) PB_MUSTCHECK;
+
+/* host:port/dbname of a connection, for log lines (no secrets). */
+void pb_pg_describe(PGconn *conn, char *out, size_t outsz);
+
+#endif

@@ -1,0 +1,190 @@
+/* libpostbox producer API: enqueue events on the caller's connection and transaction. */
+#include "postbox/postbox.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/str.h"
+
+static const char enqueue_one_sql[] =
+    "INSERT INTO postbox.outbox (aggregate_type, aggregate_id, event_type, payload, headers, "
+    "destination) VALUES ($1, $2, $3, $4::jsonb, coalesce($5::jsonb, '{}'::jsonb), $6) "
+    "RETURNING event_id";
+
+/* ORDER BY ord makes identity values follow the caller's order; the ids are read back in id
+ * order, so event_ids[i] belongs to evs[i]. */
+static const char enqueue_batch_sql[] =
+    "WITH ins AS (INSERT INTO postbox.outbox (aggregate_type, aggregate_id, event_type, payload, "
+    "  headers, destination) "
+    "  SELECT a, i, t, p, coalesce(h, '{}'::jsonb), d "
+    "  FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::jsonb[], $6::text[]) "
+    "       WITH ORDINALITY AS u(a, i, t, p, h, d, ord) ORDER BY ord "
+    "  RETURNING id, event_id) "
+    "SELECT event_id FROM ins ORDER BY id";
+
+#define STMT_NAME "postbox_enqueue_v1"
+
+/* Connections on which the statement is prepared, identified by pointer and backend pid (a
+ * freed PGconn's address may be reused, but not together with the same server process). */
+typedef struct prepared_conn {
+    const PGconn *conn;
+    int backend_pid;
+} prepared_conn_t;
+
+static pthread_mutex_t prepared_lock = PTHREAD_MUTEX_INITIALIZER;
+static prepared_conn_t prepared[64];
+static size_t prepared_next;
+
+static void set_error(char *errbuf, size_t errlen, const char *fmt, ...) PB_PRINTF(3, 4);
+static void set_error(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    if (!errbuf || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errbuf, errlen, fmt, ap);
+    va_end(ap);
+    for (char *p = errbuf; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+}
+
+static bool is_prepared(const PGconn *conn)
+{
+    int pid = PQbackendPID(conn);
+    bool found = false;
+    pthread_mutex_lock(&prepared_lock);
+    for (size_t i = 0; i < sizeof prepared / sizeof prepared[0]; i++)
+        if (prepared[i].conn == conn && prepared[i].backend_pid == pid)
+            found = true;
+    pthread_mutex_unlock(&prepared_lock);
+    return found;
+}
+
+static void remember_prepared(const PGconn *conn)
+{
+    pthread_mutex_lock(&prepared_lock);
+    prepared[prepared_next] = (prepared_conn_t){conn, PQbackendPID(conn)};
+    prepared_next = (prepared_next + 1) % (sizeof prepared / sizeof prepared[0]);
+    pthread_mutex_unlock(&prepared_lock);
+}
+
+static int check_ready(PGconn *conn, char *errbuf, size_t errlen)
+{
+    if (!conn || PQstatus(conn) != CONNECTION_OK) {
+        set_error(errbuf, errlen, "postbox_enqueue: connection is not open");
+        return -1;
+    }
+    switch (PQtransactionStatus(conn)) {
+    case PQTRANS_INTRANS:
+        return 0;
+    case PQTRANS_INERROR:
+        set_error(errbuf, errlen, "postbox_enqueue: the transaction has failed; roll it back");
+        return -1;
+    default:
+        set_error(errbuf, errlen,
+                  "postbox_enqueue: no transaction open on this connection (BEGIN first, so the "
+                  "event commits with the business change)");
+        return -1;
+    }
+}
+
+static int check_event(const postbox_event_t *ev, char *errbuf, size_t errlen)
+{
+    if (!ev->aggregate_type || !*ev->aggregate_type || !ev->aggregate_id || !*ev->aggregate_id ||
+        !ev->event_type || !*ev->event_type || !ev->payload) {
+        set_error(errbuf, errlen,
+                  "postbox_enqueue: aggregate_type, aggregate_id, event_type and payload are required");
+        return -1;
+    }
+    return 0;
+}
+
+int postbox_enqueue(PGconn *conn, const postbox_event_t *ev, char event_id[POSTBOX_EVENT_ID_SIZE],
+                    char *errbuf, size_t errlen)
+{
+    if (check_ready(conn, errbuf, errlen) || check_event(ev, errbuf, errlen))
+        return -1;
+    if (!is_prepared(conn)) {
+        PGresult *res = PQprepare(conn, STMT_NAME, enqueue_one_sql, 0, NULL);
+        bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+        if (!ok)
+            set_error(errbuf, errlen, "postbox_enqueue: prepare: %s", PQresultErrorMessage(res));
+        PQclear(res);
+        if (!ok)
+            return -1;
+        remember_prepared(conn);
+    }
+    const char *params[6] = {ev->aggregate_type, ev->aggregate_id, ev->event_type,
+                             ev->payload,        ev->headers,      ev->destination};
+    PGresult *res = PQexecPrepared(conn, STMT_NAME, 6, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+        set_error(errbuf, errlen, "postbox_enqueue: %s", PQresultErrorMessage(res));
+        PQclear(res);
+        return -1;
+    }
+    if (event_id)
+        snprintf(event_id, POSTBOX_EVENT_ID_SIZE, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return 0;
+}
+
+static void append_element(pb_buf_t *b, size_t i, const char *s)
+{
+    if (i)
+        pb_buf_putc(b, ',');
+    if (s)
+        pb_buf_append_array_text(b, s);
+    else
+        pb_buf_puts(b, "NULL");
+}
+
+int postbox_enqueue_batch(PGconn *conn, const postbox_event_t *evs, size_t n,
+                          char (*event_ids)[POSTBOX_EVENT_ID_SIZE], char *errbuf, size_t errlen)
+{
+    if (check_ready(conn, errbuf, errlen))
+        return -1;
+    if (n == 0)
+        return 0;
+    pb_buf_t cols[6] = {{0}};
+    for (int c = 0; c < 6; c++)
+        pb_buf_putc(&cols[c], '{');
+    int rc = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (check_event(&evs[i], errbuf, errlen))
+            goto out;
+        append_element(&cols[0], i, evs[i].aggregate_type);
+        append_element(&cols[1], i, evs[i].aggregate_id);
+        append_element(&cols[2], i, evs[i].event_type);
+        append_element(&cols[3], i, evs[i].payload);
+        append_element(&cols[4], i, evs[i].headers);
+        append_element(&cols[5], i, evs[i].destination);
+    }
+    const char *params[6];
+    for (int c = 0; c < 6; c++) {
+        pb_buf_putc(&cols[c], '}');
+        params[c] = cols[c].data;
+    }
+    PGresult *res = PQexecParams(conn, enqueue_batch_sql, 6, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || (size_t)PQntuples(res) != n) {
+        set_error(errbuf, errlen, "postbox_enqueue_batch: %s", PQresultErrorMessage(res));
+    } else {
+        for (size_t i = 0; event_ids && i < n; i++)
+            snprintf(event_ids[i], POSTBOX_EVENT_ID_SIZE, "%s", PQgetvalue(res, (int)i, 0));
+        rc = 0;
+    }
+    PQclear(res);
+out:
+    for (int c = 0; c < 6; c++)
+        pb_buf_free(&cols[c]);
+    return rc;
+}
+
+const char *postbox_version(void)
+{
+    return POSTBOX_VERSION_STRING;
+}

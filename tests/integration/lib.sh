@@ -1,0 +1,274 @@
+# Shared set-up and helpers of postbox's integration tests; every tests/integration/*.sh sources it.
+#
+# Environment (ctest sets it, see tests/CMakeLists.txt):
+#   POSTBOX_BIN               the postbox binary
+#   POSTBOX_AMQP_TOOL         tests/tools/amqp_tool.c, built as amqp-tool
+#   POSTBOX_PRODUCER_EXAMPLE  tests/integration/producer_example.c
+#   POSTBOX_SOURCE_DIR        the source tree (for scripts/services)
+#   PB_KEEP_TMP=1             keep the per-test temporary directory (logs) after the test
+#
+# The servers must be running already (scripts/services start). Each test gets:
+#   a fresh database pb_<test> (dropped first when it exists) in POSTBOX_PG_DSN,
+#   its own exchange pb.<test>.ex (POSTBOX_AMQP_EXCHANGE) and queue pb.<test>.q (PB_QUEUE),
+#   a temporary directory PB_TMP holding the relay's log (PB_RELAY_LOG) and stdout (PB_RELAY_OUT).
+# Only what the test started (recorded pids) is killed on exit.
+
+set -euo pipefail
+
+PB_TEST=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
+: "${POSTBOX_SOURCE_DIR:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+: "${POSTBOX_BIN:?POSTBOX_BIN must name the postbox binary}"
+: "${POSTBOX_AMQP_TOOL:?POSTBOX_AMQP_TOOL must name the amqp-tool binary}"
+export POSTBOX_SOURCE_DIR POSTBOX_BIN POSTBOX_AMQP_TOOL
+
+say() { printf '[%s %s] %s\n' "$PB_TEST" "$(date +%T)" "$*"; }
+
+services() { bash "$POSTBOX_SOURCE_DIR/scripts/services" "$@"; }
+
+# Configuration that may leak from the caller's shell would change what is tested.
+for _v in $(compgen -v POSTBOX_RELAY_ || true) $(compgen -v POSTBOX_LOG_ || true) \
+    $(compgen -v POSTBOX_AMQP_ || true) POSTBOX_CONFIG; do
+    case $_v in POSTBOX_AMQP_TOOL | POSTBOX_AMQP_PORT) ;; *) unset "$_v" ;; esac
+done
+unset _v
+eval "$(services env)"
+
+PB_TMP=$(mktemp -d "/tmp/pb-it-$PB_TEST.XXXXXX")
+PB_RELAY_LOG=$PB_TMP/relay.log
+PB_RELAY_OUT=$PB_TMP/relay.out
+: >"$PB_RELAY_LOG"
+: >"$PB_RELAY_OUT"
+PB_PIDS=()
+PB_ON_EXIT=()
+RELAY_PID=
+RELAY_RC=
+
+PB_DB=pb_$PB_TEST
+PB_ADMIN_DSN=${POSTBOX_PG_DSN%/*}/postgres
+export POSTBOX_PG_DSN=${POSTBOX_PG_DSN%/*}/$PB_DB
+export POSTBOX_AMQP_EXCHANGE=pb.$PB_TEST.ex
+PB_QUEUE=pb.$PB_TEST.q
+
+# ---------------------------------------------------------------------------------------------
+# process bookkeeping
+
+pid_alive() { # PID: exists and is not a zombie
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [[ ${stat%% *} != Z ]]
+}
+
+# Runs CMD on exit (before the temporary directory goes), e.g. restarting a stopped server.
+on_exit() { PB_ON_EXIT+=("$1"); }
+
+pb_cleanup() {
+    local rc=$? pid h
+    set +e
+    for h in "${PB_ON_EXIT[@]}"; do eval "$h"; done
+    for pid in "${PB_PIDS[@]}"; do
+        if pid_alive "$pid"; then
+            kill -KILL "$pid" 2>/dev/null
+        fi
+        wait "$pid" 2>/dev/null
+    done
+    if [[ ${PB_KEEP_TMP:-0} == 1 ]]; then
+        say "kept $PB_TMP"
+    else
+        rm -rf "$PB_TMP"
+    fi
+    if ((rc == 0)); then say "PASS"; else say "FAIL (exit $rc)"; fi
+    exit "$rc"
+}
+trap pb_cleanup EXIT
+
+fail() {
+    printf '[%s] FAIL: %s\n' "$PB_TEST" "$*" >&2
+    if [[ -s $PB_RELAY_LOG ]]; then
+        printf -- '---- last lines of the relay log (%s) ----\n' "$PB_RELAY_LOG" >&2
+        tail -n 40 "$PB_RELAY_LOG" >&2
+        printf -- '----\n' >&2
+    fi
+    exit 1
+}
+
+# wait_until "CMD" SECONDS: evaluates CMD every 0.2 s until it succeeds; fails after SECONDS.
+wait_until() {
+    local cmd=$1 end
+    end=$(($(date +%s%N) + ${2:-30} * 1000000000))
+    until eval "$cmd"; do
+        (($(date +%s%N) < end)) || return 1
+        sleep 0.2
+    done
+}
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL
+
+psql_q() { # SQL: runs it in the test database; unaligned, tuples only
+    psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" -f - <<<"$1"
+}
+
+psql -XAtq -v ON_ERROR_STOP=1 -d "$PB_ADMIN_DSN" -c "SET client_min_messages = warning" \
+    -c "DROP DATABASE IF EXISTS $PB_DB WITH (FORCE)" -c "CREATE DATABASE $PB_DB" >/dev/null ||
+    fail "cannot create database $PB_DB (is PostgreSQL running? scripts/services start)"
+
+pb_init() { # postbox init; fails the test when it fails
+    local out
+    out=$("$POSTBOX_BIN" init 2>&1) || fail "postbox init failed: $out"
+}
+
+# Pending: not published and not dead-lettered.
+pending_count() {
+    psql_q "SELECT count(*) FROM postbox.outbox o WHERE o.published_at IS NULL
+              AND NOT EXISTS (SELECT 1 FROM postbox.dead_letters d WHERE d.event_id = o.event_id)"
+}
+published_count() { psql_q "SELECT count(*) FROM postbox.outbox WHERE published_at IS NOT NULL"; }
+dead_count() { psql_q "SELECT count(*) FROM postbox.dead_letters"; }
+
+# enqueue_seq NAGG KFROM KTO [PAD]: one transaction that enqueues, through postbox.enqueue, the
+# events with seq KFROM..KTO of each aggregate agg-1..agg-NAGG (aggregate_type 'order', event
+# type 'created.v1', payload {"seq": k[, "pad": PAD x's]}), seq-major, so each aggregate's ids
+# grow with seq.
+enqueue_seq() {
+    local nagg=$1 kfrom=$2 kto=$3 pad=${4:-0}
+    psql_q "DO \$\$
+        DECLARE pad text := CASE WHEN $pad > 0 THEN repeat('x', $pad) END;
+        BEGIN
+          FOR k IN $kfrom..$kto LOOP
+            FOR a IN 1..$nagg LOOP
+              PERFORM postbox.enqueue('order', 'agg-' || a, 'created.v1',
+                                      jsonb_strip_nulls(jsonb_build_object('seq', k, 'pad', pad)));
+            END LOOP;
+          END LOOP;
+        END \$\$"
+}
+
+# ---------------------------------------------------------------------------------------------
+# RabbitMQ
+
+amqp_tool() { "$POSTBOX_AMQP_TOOL" "$@"; }
+
+# setup_queue [BINDING_KEY...]: fresh exchange and queue for this test, bound with the keys
+# (default '#'); without keys pass "none" to leave the exchange without any binding.
+setup_queue() {
+    local keys=("$@")
+    ((${#keys[@]})) || keys=('#')
+    amqp_tool delete "$POSTBOX_AMQP_URL" "$PB_QUEUE" || fail "amqp-tool delete $PB_QUEUE failed"
+    amqp_tool delete-exchange "$POSTBOX_AMQP_URL" "$POSTBOX_AMQP_EXCHANGE" ||
+        fail "amqp-tool delete-exchange $POSTBOX_AMQP_EXCHANGE failed"
+    if [[ ${keys[0]} == none ]]; then return 0; fi
+    amqp_tool setup "$POSTBOX_AMQP_URL" "$POSTBOX_AMQP_EXCHANGE" "$PB_QUEUE" "${keys[@]}" ||
+        fail "amqp-tool setup failed"
+}
+
+queue_count() { amqp_tool count "$POSTBOX_AMQP_URL" "$PB_QUEUE"; }
+
+# drain_queue FILE EXPECT [IDLE_MS] [TIMEOUT_S]: consumes the test's queue into FILE.
+drain_queue() {
+    local file=$1 expect=$2 idle=${3:-2000} timeout=${4:-300}
+    amqp_tool drain "$POSTBOX_AMQP_URL" "$PB_QUEUE" --expect "$expect" --idle-ms "$idle" \
+        --timeout-s "$timeout" >"$file" || fail "draining $PB_QUEUE: only $(wc -l <"$file") of $expect message(s) arrived"
+}
+
+# ---------------------------------------------------------------------------------------------
+# the relay
+
+# Global options (--set/-s, -c/--config, --dsn with their values) go before the command, the
+# rest after it.
+_split_args() {
+    PRE=()
+    POST=()
+    while (($#)); do
+        case $1 in
+        --set | -s | -c | --config | --dsn) PRE+=("$1" "$2"); shift 2 ;;
+        *) POST+=("$1"); shift ;;
+        esac
+    done
+}
+
+start_relay() { # [ARGS...]: postbox relay in the background; RELAY_PID
+    local PRE POST
+    _split_args "$@"
+    printf '==== %s: postbox %s relay %s\n' "$(date +%T.%N)" "${PRE[*]}" "${POST[*]}" >>"$PB_RELAY_LOG"
+    "$POSTBOX_BIN" "${PRE[@]}" relay "${POST[@]}" >>"$PB_RELAY_OUT" 2>>"$PB_RELAY_LOG" &
+    RELAY_PID=$!
+    PB_PIDS+=("$RELAY_PID")
+}
+
+# wait_relay SECONDS: waits for the relay to exit; its exit status in RELAY_RC. Fails the test
+# when it is still running after SECONDS.
+wait_relay() {
+    local secs=${1:-60}
+    wait_until '! pid_alive "$RELAY_PID"' "$secs" || fail "the relay (pid $RELAY_PID) still runs after ${secs}s"
+    RELAY_RC=0
+    wait "$RELAY_PID" || RELAY_RC=$?
+}
+
+stop_relay() { # SIGTERM and wait (60 s); exit status in RELAY_RC
+    kill -TERM "$RELAY_PID" 2>/dev/null || true
+    wait_relay 60
+}
+
+kill_relay() { # SIGKILL by recorded pid
+    kill -KILL "$RELAY_PID" 2>/dev/null || true
+    RELAY_RC=0
+    wait "$RELAY_PID" 2>/dev/null || RELAY_RC=$?
+}
+
+# relay_drain SECONDS [ARGS...]: postbox relay --drain; fails unless it exits 0 within SECONDS.
+relay_drain() {
+    local secs=$1 t0
+    shift
+    t0=$(date +%s%N)
+    start_relay --drain "$@"
+    wait_relay "$secs"
+    ((RELAY_RC == 0)) || fail "postbox relay --drain exited with $RELAY_RC"
+    say "relay --drain finished in $((($(date +%s%N) - t0) / 1000000)) ms"
+}
+
+# ---------------------------------------------------------------------------------------------
+# checks on drained messages (lines of amqp-tool drain)
+
+# check_order FILE: per aggregate (header aggregate_type/aggregate_id), the "seq" of the first
+# occurrence of each message_id must strictly increase. Prints total, distinct, duplicates.
+check_order() {
+    awk -F'\t' '
+        {
+            total++
+            if ($1 in seen) { dup++; next }
+            seen[$1] = 1; distinct++
+            if (!match($6, /"seq"[ ]*:[ ]*[0-9]+/)) { noseq++; next }
+            s = substr($6, RSTART, RLENGTH); sub(/^.*:[ ]*/, "", s); s += 0
+            agg = $4 "/" $5
+            if (!(agg in last)) naggs++
+            else if (s <= last[agg]) {
+                bad++
+                if (bad <= 10) printf "order violation: aggregate %s: seq %d arrived after seq %d\n", agg, s, last[agg] > "/dev/stderr"
+            }
+            last[agg] = s
+        }
+        END {
+            printf "messages: %d total, %d distinct, %d duplicates, %d aggregates, %d order violations, %d without seq\n", total, distinct, dup, naggs, bad, noseq
+            exit (bad > 0 || noseq > 0) ? 1 : 0
+        }' "$1"
+}
+
+# check_all_arrived FILE: every event_id of postbox.outbox is among the message ids in FILE.
+check_all_arrived() {
+    local file=$1 missing extra
+    psql_q "SELECT event_id FROM postbox.outbox" | LC_ALL=C sort >"$PB_TMP/db_ids"
+    cut -f1 "$file" | LC_ALL=C sort -u >"$PB_TMP/got_ids"
+    missing=$(LC_ALL=C comm -23 "$PB_TMP/db_ids" "$PB_TMP/got_ids" | wc -l)
+    extra=$(LC_ALL=C comm -13 "$PB_TMP/db_ids" "$PB_TMP/got_ids" | wc -l)
+    say "events in the outbox: $(wc -l <"$PB_TMP/db_ids"), distinct message ids received: $(wc -l <"$PB_TMP/got_ids"), missing: $missing, unknown: $extra"
+    ((missing == 0)) || fail "$missing event(s) never arrived, e.g. $(LC_ALL=C comm -23 "$PB_TMP/db_ids" "$PB_TMP/got_ids" | head -3 | tr '\n' ' ')"
+    ((extra == 0)) || fail "$extra message id(s) arrived that are not in the outbox"
+}
+
+duplicates_in() { # FILE: number of lines whose message_id repeats an earlier one
+    local total distinct
+    total=$(wc -l <"$1")
+    distinct=$(cut -f1 "$1" | LC_ALL=C sort -u | wc -l)
+    echo $((total - distinct))
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# 10,000 events over 100 aggregates, default configuration: every event arrives exactly once and
+# each aggregate's events arrive in order.
+source "$(dirname "$0")/lib.sh"
+
+N_AGG=100 PER_AGG=100
+pb_init
+setup_queue '#'
+t0=$(date +%s%N)
+# a few transactions, each a slice of every aggregate's sequence
+enqueue_seq $N_AGG 1 25
+enqueue_seq $N_AGG 26 50
+enqueue_seq $N_AGG 51 75
+enqueue_seq $N_AGG 76 $PER_AGG
+total=$((N_AGG * PER_AGG))
+say "enqueued $(psql_q 'SELECT count(*) FROM postbox.outbox') events in $((($(date +%s%N) - t0) / 1000000)) ms"
+
+relay_drain 300
+drain_queue "$PB_TMP/got" $total 2000 300
+stats=$(check_order "$PB_TMP/got") || fail "per-aggregate order broken: $stats"
+say "$stats"
+check_all_arrived "$PB_TMP/got"
+dups=$(duplicates_in "$PB_TMP/got")
+((dups == 0)) || fail "$dups duplicate(s) although nothing crashed"
+pending=$(pending_count)
+say "pending rows: $pending, published rows: $(published_count), dead letters: $(dead_count)"
+((pending == 0)) || fail "$pending event(s) still pending"
+[[ $(published_count) == "$total" ]] || fail "not every row is marked published"

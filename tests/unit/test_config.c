@@ -1,0 +1,192 @@
+/* Unit tests for the configuration: defaults, types, ranges, file errors, precedence. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/config.h"
+
+static char *write_temp(const char *text)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/pb-test-config-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+static void defaults_are_valid(void **state)
+{
+    (void)state;
+    pb_config_t cfg;
+    pb_error_t err;
+    pb_config_init(&cfg);
+    assert_int_equal(pb_config_validate(&cfg, &err), PB_OK);
+    assert_string_equal(cfg.relay_sink, "amqp");
+    assert_int_equal(cfg.relay_batch_size, 500);
+    assert_int_equal(cfg.relay_poll_interval, 1000);
+    assert_int_equal(cfg.relay_backoff_cap, 300000);
+    assert_true(cfg.amqp_mandatory);
+    pb_config_free(&cfg);
+}
+
+static void set_parses_types(void **state)
+{
+    (void)state;
+    pb_config_t cfg;
+    pb_error_t err;
+    pb_config_init(&cfg);
+    assert_int_equal(pb_config_set(&cfg, "relay.batch_size", "1000", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(cfg.relay_batch_size, 1000);
+    assert_int_equal(pb_config_set(&cfg, "relay.poll_interval", "250ms", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(cfg.relay_poll_interval, 250);
+    assert_int_equal(pb_config_set(&cfg, "relay.backoff_cap", "2m", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(cfg.relay_backoff_cap, 120000);
+    assert_int_equal(pb_config_set(&cfg, "amqp.heartbeat", "1.5s", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(cfg.amqp_heartbeat, 1500);
+    assert_int_equal(pb_config_set(&cfg, "amqp.mandatory", "off", PB_CFG_CLI, &err), PB_OK);
+    assert_false(cfg.amqp_mandatory);
+    assert_int_equal(pb_config_set(&cfg, "relay.on_publish", "delete", PB_CFG_CLI, &err), PB_OK);
+    assert_string_equal(cfg.relay_on_publish, "delete");
+    pb_config_free(&cfg);
+}
+
+static void set_rejects_bad_values(void **state)
+{
+    (void)state;
+    pb_config_t cfg;
+    pb_error_t err;
+    pb_config_init(&cfg);
+    assert_int_equal(pb_config_set(&cfg, "relay.batch_size", "abc", PB_CFG_CLI, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "relay.batch_size"));
+    assert_non_null(strstr(err.msg, "not an integer"));
+    assert_int_equal(pb_config_set(&cfg, "relay.batch_size", "0", PB_CFG_CLI, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "out of range"));
+    assert_int_equal(pb_config_set(&cfg, "relay.poll_interval", "5 parsecs", PB_CFG_CLI, &err), PB_FATAL);
+    assert_int_equal(pb_config_set(&cfg, "relay.sink", "carrier-pigeon", PB_CFG_CLI, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "amqp|stdout"));
+    assert_int_equal(pb_config_set(&cfg, "amqp.mandatory", "maybe", PB_CFG_CLI, &err), PB_FATAL);
+    assert_int_equal(pb_config_set(&cfg, "relay.nope", "1", PB_CFG_CLI, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "has no key \"nope\""));
+    assert_int_equal(pb_config_set(&cfg, "nowhere.key", "1", PB_CFG_CLI, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "no section [nowhere]"));
+    assert_int_equal(pb_config_set(&cfg, "batch_size", "1", PB_CFG_CLI, &err), PB_FATAL);
+    /* a failed set leaves the old value */
+    assert_int_equal(cfg.relay_batch_size, 500);
+    pb_config_free(&cfg);
+}
+
+static void file_loads_and_reports_lines(void **state)
+{
+    (void)state;
+    pb_config_t cfg;
+    pb_error_t err;
+    pb_config_init(&cfg);
+    char *path = write_temp("; comment\n[relay]\nbatch_size = 42\n\n[amqp]\nexchange = orders\n");
+    assert_int_equal(pb_config_load_file(&cfg, path, &err), PB_OK);
+    assert_int_equal(cfg.relay_batch_size, 42);
+    assert_string_equal(cfg.amqp_exchange, "orders");
+    unlink(path);
+
+    path = write_temp("[relay]\nbatch_size = 42\nbatch_sise = 7\n");
+    assert_int_equal(pb_config_load_file(&cfg, path, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, ":3:"));
+    assert_non_null(strstr(err.msg, "unknown key \"batch_sise\""));
+    unlink(path);
+
+    path = write_temp("[relay]\nbatch_size = 1\n[kafak]\nbrokers = x\n");
+    assert_int_equal(pb_config_load_file(&cfg, path, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, ":4:"));
+    assert_non_null(strstr(err.msg, "unknown section [kafak]"));
+    unlink(path);
+
+    path = write_temp("[relay]\nthis line is not ini\n");
+    assert_int_equal(pb_config_load_file(&cfg, path, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, ":2:"));
+    unlink(path);
+
+    assert_int_equal(pb_config_load_file(&cfg, "/nonexistent/postbox.ini", &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "cannot open"));
+    pb_config_free(&cfg);
+}
+
+static void env_overrides_file(void **state)
+{
+    (void)state;
+    pb_config_t cfg;
+    pb_error_t err;
+    pb_config_init(&cfg);
+    char *path = write_temp("[relay]\nbatch_size = 42\nmax_attempts = 3\n");
+    assert_int_equal(pb_config_load_file(&cfg, path, &err), PB_OK);
+    unlink(path);
+    setenv("POSTBOX_RELAY_BATCH_SIZE", "77", 1);
+    assert_int_equal(pb_config_load_env(&cfg, &err), PB_OK);
+    assert_int_equal(cfg.relay_batch_size, 77);
+    assert_int_equal(cfg.relay_max_attempts, 3);
+    /* and the command line overrides the environment */
+    assert_int_equal(pb_config_set(&cfg, "relay.batch_size", "5", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(cfg.relay_batch_size, 5);
+    setenv("POSTBOX_RELAY_BATCH_SIZE", "lots", 1);
+    assert_int_equal(pb_config_load_env(&cfg, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "POSTBOX_RELAY_BATCH_SIZE"));
+    unsetenv("POSTBOX_RELAY_BATCH_SIZE");
+    pb_config_free(&cfg);
+}
+
+static void validate_cross_checks(void **state)
+{
+    (void)state;
+    pb_config_t cfg;
+    pb_error_t err;
+    pb_config_init(&cfg);
+    assert_int_equal(pb_config_set(&cfg, "relay.backoff_base", "10m", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_validate(&cfg, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "backoff_base"));
+    assert_int_equal(pb_config_set(&cfg, "relay.backoff_base", "1s", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_set(&cfg, "amqp.routing_key", "{aggregate}.x", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_validate(&cfg, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "amqp.routing_key"));
+    pb_config_free(&cfg);
+}
+
+static void write_hides_passwords(void **state)
+{
+    (void)state;
+    pb_config_t cfg;
+    pb_error_t err;
+    pb_config_init(&cfg);
+    assert_int_equal(pb_config_set(&cfg, "amqp.url", "amqp://bob:s3cret@h:5672/v", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_set(&cfg, "postgres.dsn", "host=h password=hunter2 dbname=x", PB_CFG_CLI, &err), PB_OK);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    pb_config_write(&cfg, f);
+    fclose(f);
+    assert_null(strstr(text, "s3cret"));
+    assert_null(strstr(text, "hunter2"));
+    assert_non_null(strstr(text, "amqp://bob:***@h:5672/v"));
+    assert_non_null(strstr(text, "password=*** dbname=x"));
+    free(text);
+    pb_config_free(&cfg);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(defaults_are_valid),
+        cmocka_unit_test(set_parses_types),
+        cmocka_unit_test(set_rejects_bad_values),
+        cmocka_unit_test(file_loads_and_reports_lines),
+        cmocka_unit_test(env_overrides_file),
+        cmocka_unit_test(validate_cross_checks),
+        cmocka_unit_test(write_hides_passwords),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

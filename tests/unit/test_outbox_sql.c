@@ -1,0 +1,71 @@
+/* Unit tests for the settle arrays: one set-based statement per outcome needs exact literals. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "common/str.h"
+#include "store/outbox.h"
+
+static void builds_arrays_per_outcome(void **state)
+{
+    (void)state;
+    pb_event_t events[5] = {{.id = 10}, {.id = 11}, {.id = 12}, {.id = 13}, {.id = 14}};
+    pb_result_t results[5] = {
+        {.outcome = PB_OUT_PUBLISHED},
+        {.outcome = PB_OUT_RETRY, .error = "channel closed: \"x\" \\ y"},
+        {.outcome = PB_OUT_PUBLISHED},
+        {.outcome = PB_OUT_REJECT, .error = "too large"},
+        {.outcome = PB_OUT_HELD},
+    };
+    pb_settle_plan_t plans[5] = {
+        {0}, {.retry_delay_ms = 1500}, {0}, {.dead = true, .reason = "too large"}, {0},
+    };
+    pb_outbox_t ob;
+    pb_outbox_init(&ob, NULL, false);
+    ob.events = events;
+    ob.n_events = 5;
+    pb_settle_counts_t counts;
+    pb_outbox_build_arrays(&ob, results, plans, &counts);
+    assert_int_equal(counts.published, 2);
+    assert_int_equal(counts.retried, 1);
+    assert_int_equal(counts.dead, 1);
+    assert_int_equal(counts.untried, 1);
+    assert_string_equal(ob.published_ids.data, "{10,12}");
+    assert_string_equal(ob.retry_ids.data, "{11}");
+    assert_string_equal(ob.retry_errors.data, "{\"channel closed: \\\"x\\\" \\\\ y\"}");
+    assert_string_equal(ob.retry_delays.data, "{1500}");
+    assert_string_equal(ob.dead_ids.data, "{13}");
+    assert_string_equal(ob.dead_reasons.data, "{\"too large\"}");
+
+    /* a second batch reuses the buffers */
+    results[1].outcome = PB_OUT_PUBLISHED;
+    results[3].outcome = PB_OUT_PUBLISHED;
+    ob.n_events = 4;
+    pb_outbox_build_arrays(&ob, results, plans, &counts);
+    assert_string_equal(ob.published_ids.data, "{10,11,12,13}");
+    assert_string_equal(ob.retry_ids.data, "{}");
+    assert_string_equal(ob.dead_ids.data, "{}");
+    ob.events = NULL; /* not owned by the outbox in this test */
+    pb_outbox_free(&ob);
+}
+
+static void json_strings_are_escaped(void **state)
+{
+    (void)state;
+    pb_buf_t b = {0};
+    pb_buf_append_json_string(&b, "a\"b\\c\nd\x01");
+    assert_string_equal(b.data, "\"a\\\"b\\\\c\\nd\\u0001\"");
+    pb_buf_free(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(builds_arrays_per_outcome),
+        cmocka_unit_test(json_strings_are_escaped),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
