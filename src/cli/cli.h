@@ -16,6 +16,7 @@ typedef struct pb_cli {
     pb_config_t cfg;
     bool drain;                  /* relay --drain */
     bool reference;              /* config --reference */
+    bool sample;                 /* config --sample */
     volatile sig_atomic_t *stop; /* set by SIGTERM / SIGINT */
 } pb_cli_t;
 

@@ -41,6 +41,7 @@ static void usage(FILE *out)
           "      --drain     exit 0 once no pending event is left\n"
           "  config          print the effective configuration (secrets hidden)\n"
           "      --reference list every option with its default, environment variable and meaning\n"
+          "      --sample    print a commented INI file with every option at its default\n"
           "\n"
           "options (anywhere on the line):\n"
           "  -c, --config FILE         INI file to read (also: POSTBOX_CONFIG)\n"
@@ -114,6 +115,8 @@ int main(int argc, char **argv)
             cli.drain = true;
         } else if (strcmp(a, "--reference") == 0) {
             cli.reference = true;
+        } else if (strcmp(a, "--sample") == 0) {
+            cli.sample = true;
         } else if (a[0] == '-') {
             fprintf(stderr, "postbox: unknown option \"%s\" (see postbox --help)\n", a);
             goto out;
@@ -166,6 +169,8 @@ int main(int argc, char **argv)
     } else if (strcmp(command, "config") == 0) {
         if (cli.reference)
             pb_config_write_reference(stdout);
+        else if (cli.sample)
+            pb_config_write_sample(stdout);
         else
             pb_config_write(&cli.cfg, stdout);
         rc = PB_EXIT_OK;

@@ -350,3 +350,22 @@ void pb_config_write_reference(FILE *out)
         fputc('\n', out);
     }
 }
+
+void pb_config_write_sample(FILE *out)
+{
+    const char *section = NULL;
+    fputs("; postbox configuration. Every option is shown with its default value; environment\n"
+          "; variables (named after each option) and --set section.key=value override this file.\n",
+          out);
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const option_t *o = &options[i];
+        if (!section || strcmp(section, o->section) != 0) {
+            section = o->section;
+            fprintf(out, "\n[%s]\n", section);
+        }
+        fprintf(out, "; %s", o->doc);
+        if (o->choices)
+            fprintf(out, " (one of %s)", o->choices);
+        fprintf(out, "\n; env %s\n%s = %s\n", o->env, o->key, o->dflt);
+    }
+}

@@ -54,6 +54,9 @@ pb_status_t pb_config_validate(const pb_config_t *cfg, pb_error_t *err) PB_MUSTC
 /* Writes the effective configuration as INI, secrets redacted. */
 void pb_config_write(const pb_config_t *cfg, FILE *out);
 
+/* Writes a commented INI file with every option at its default (deploy/postbox.ini). */
+void pb_config_write_sample(FILE *out);
+
 /* Writes the option reference (for --help and the README). */
 void pb_config_write_reference(FILE *out);
 

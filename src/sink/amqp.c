@@ -162,7 +162,8 @@ static pb_status_t setup_exchange(amqp_sink_t *s, pb_error_t *err)
                        "amqp.declare_exchange = true)", ex, s->url.vhost);
     if (code == AMQP_PRECONDITION_FAILED)
         return pb_fail(err, PB_FATAL,
-                       "exchange \"%s\" exists on vhost \"%s\" but is not a durable %s exchange: %s",
+                       "exchange \"%s\" exists on vhost \"%s\" but is not a durable %s "
+                       "exchange: %s",
                        ex, s->url.vhost, cfg->amqp_exchange_type, buf);
     if (code == AMQP_ACCESS_REFUSED)
         return pb_fail(err, PB_FATAL, "user \"%s\" may not use exchange \"%s\" on vhost \"%s\": %s",
@@ -291,7 +292,8 @@ static pb_status_t lost(amqp_sink_t *s, batch_t *b, pb_error_t *err, const char 
     size_t n = b ? b->pending : 0;
     fail_pending(s, b, reason);
     drop_connection(s);
-    log_warn(FAC, "rabbitmq at %s: %s (%zu unconfirmed events will be retried)", s->where, reason, n);
+    log_warn(FAC, "rabbitmq at %s: %s (%zu unconfirmed events will be retried)", s->where, reason,
+             n);
     return pb_fail(err, PB_TRANSIENT, "rabbitmq at %s: %s", s->where, reason);
 }
 
@@ -676,6 +678,27 @@ static void ensure_slots(amqp_sink_t *s, size_t n)
     s->slot_cap = n;
 }
 
+/* The checks that need no connection: size and routing key. Fills rkey (SHORTSTR_MAX + 1). */
+static bool check_event(const pb_config_t *cfg, const pb_event_t *ev, char *rkey, pb_result_t *res)
+{
+    if ((int64_t)ev->payload_len > cfg->amqp_max_message_size) {
+        set_resultf(res, PB_OUT_REJECT, "payload of %zu bytes exceeds amqp.max_message_size %lld",
+                    ev->payload_len, (long long)cfg->amqp_max_message_size);
+        return false;
+    }
+    if (!pb_route_render(cfg->amqp_routing_key, ev, rkey, SHORTSTR_MAX + 1)) {
+        set_result(res, PB_OUT_REJECT, "routing key longer than 255 bytes");
+        return false;
+    }
+    return true;
+}
+
+static bool sink_check(pb_sink_t *snk, const pb_event_t *ev, pb_result_t *res)
+{
+    char rkey[SHORTSTR_MAX + 1];
+    return check_event(snk->cfg, ev, rkey, res);
+}
+
 static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t n,
                                 pb_result_t *results, pb_error_t *err)
 {
@@ -707,15 +730,8 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
                         amqp_error_string2(pub_rc));
             continue;
         }
-        if ((int64_t)ev->payload_len > cfg->amqp_max_message_size) {
-            set_resultf(res, PB_OUT_REJECT, "payload of %zu bytes exceeds amqp.max_message_size %lld",
-                        ev->payload_len, (long long)cfg->amqp_max_message_size);
-            rejected++;
-            continue;
-        }
         char rkey[SHORTSTR_MAX + 1];
-        if (!pb_route_render(cfg->amqp_routing_key, ev, rkey, sizeof rkey)) {
-            set_result(res, PB_OUT_REJECT, "routing key longer than 255 bytes");
+        if (!check_event(cfg, ev, rkey, res)) {
             rejected++;
             continue;
         }
@@ -782,8 +798,8 @@ static pb_status_t sink_idle(pb_sink_t *snk, pb_error_t *err)
             break;
         if (rc != AMQP_STATUS_OK)
             return lost(s, NULL, err, "connection lost: %s", amqp_error_string2(rc));
-        pb_status_t st = handle_frame(s, NULL, &f, pb_monotonic_ms() + snk->cfg->amqp_confirm_timeout,
-                                      err);
+        int64_t deadline = pb_monotonic_ms() + snk->cfg->amqp_confirm_timeout;
+        pb_status_t st = handle_frame(s, NULL, &f, deadline, err);
         if (st != PB_OK)
             return st;
     }
@@ -808,6 +824,7 @@ static const pb_sink_ops_t amqp_ops = {
     .name = "amqp",
     .connect = sink_connect,
     .publish = sink_publish,
+    .check = sink_check,
     .idle = sink_idle,
     .free = sink_free,
 };

@@ -416,7 +416,7 @@ static pb_status_t login_failed(amqp_connection_state_t conn, amqp_rpc_reply_t r
         if (code == AMQP_ACCESS_REFUSED)
             return pb_fail(err, PB_FATAL,
                            "rabbitmq refused the login of user \"%s\": check the credentials "
-                           "(%s at %s)", u->user, text, where);
+                           "(%s said: %s)", u->user, where, text);
         if (code == AMQP_NOT_ALLOWED && strstr(text, "not found"))
             return pb_fail(err, PB_FATAL, "vhost \"%s\" does not exist on rabbitmq at %s (%s)",
                            u->vhost, where, text);
@@ -424,8 +424,9 @@ static pb_status_t login_failed(amqp_connection_state_t conn, amqp_rpc_reply_t r
             return pb_fail(err, PB_FATAL,
                            "rabbitmq refused user \"%s\" access to vhost \"%s\": %u %s",
                            u->user, u->vhost, code, text);
-        return pb_fail(err, PB_TRANSIENT, "rabbitmq at %s closed the connection during login: %u %s",
-                       where, code, text);
+        return pb_fail(err, PB_TRANSIENT,
+                       "rabbitmq at %s closed the connection during login: %u %s", where, code,
+                       text);
     }
     if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) {
         switch (r.library_error) {
@@ -463,7 +464,8 @@ static pb_status_t tls_socket(amqp_connection_state_t conn, const pb_config_t *c
         ca = SYSTEM_CA_BUNDLE;
     }
     if (ca && amqp_ssl_socket_set_cacert(sock, ca) != AMQP_STATUS_OK)
-        return pb_fail(err, PB_FATAL, "cannot load the CA certificate \"%s\" (amqp.tls_ca_cert)", ca);
+        return pb_fail(err, PB_FATAL, "cannot load the CA certificate \"%s\" (amqp.tls_ca_cert)",
+                       ca);
 
     const char *cert = cfg->amqp_tls_cert && *cfg->amqp_tls_cert ? cfg->amqp_tls_cert : NULL;
     const char *key = cfg->amqp_tls_key && *cfg->amqp_tls_key ? cfg->amqp_tls_key : NULL;

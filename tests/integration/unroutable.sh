@@ -27,6 +27,8 @@ dead=$(psql_q "SELECT attempts || '|' || coalesce(last_error, '') || '|' || reas
 [[ -n $dead ]] || fail "the event is not in dead_letters after 40 s (outbox: $(psql_q "SELECT attempts, last_error FROM postbox.outbox WHERE event_id = '$id'"))"
 say "dead letter (attempts|last_error|reason): $dead"
 [[ "$outbox_error $dead" =~ [Uu]nroutable|NO_ROUTE|no[\ _]route ]] || fail "neither last_error nor reason mentions unroutable/NO_ROUTE"
+attempts=$(psql_q "SELECT attempts FROM postbox.dead_letters WHERE event_id = '$id'")
+((attempts >= 1 && attempts <= 3)) || fail "dead letter after $attempts attempts; relay.max_attempts is 3"
 reason=$(psql_q "SELECT reason FROM postbox.dead_letters WHERE event_id = '$id'")
 [[ -n $reason ]] || fail "dead letter without a reason"
 [[ $(psql_q "SELECT count(*) FROM postbox.outbox WHERE event_id = '$id' AND published_at IS NOT NULL") == 0 ]] ||
