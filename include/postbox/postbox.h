@@ -55,6 +55,34 @@ int postbox_enqueue(PGconn *conn, const postbox_event_t *ev, char event_id[POSTB
 int postbox_enqueue_batch(PGconn *conn, const postbox_event_t *evs, size_t n,
                           char (*event_ids)[POSTBOX_EVENT_ID_SIZE], char *errbuf, size_t errlen);
 
+/** Outcomes of postbox_inbox_process(). */
+#define POSTBOX_INBOX_PROCESSED 0  /**< new message: the handler ran and its work is in the transaction */
+#define POSTBOX_INBOX_DUPLICATE 1  /**< seen before by this consumer: the handler did not run */
+#define POSTBOX_INBOX_FAILED (-1)  /**< the handler or the inbox write failed: see errbuf */
+
+/**
+ * @brief A handler: does the message's work on conn, inside the caller's transaction.
+ * @returns 0 on success; non-zero on failure, with a message in errbuf.
+ */
+typedef int (*postbox_inbox_handler_fn)(PGconn *conn, void *arg, char *errbuf, size_t errlen);
+
+/**
+ * @brief Processes one received message exactly once in effect.
+ *
+ * Inside the caller's open transaction: a savepoint, the inbox row (consumer, message_id), and,
+ * only if the row is new, the handler. When the handler fails, everything since the savepoint
+ * is rolled back and the transaction stays usable for other messages. The caller commits and
+ * only then acknowledges the message to its broker; a duplicate is acknowledged too.
+ *
+ * @param consumer     the consuming handler's name: dedup is per (consumer, message_id)
+ * @param message_id   the broker's message id (e.g. the event id postbox relayed)
+ * @param message_type recorded in the inbox, or NULL
+ * @returns POSTBOX_INBOX_PROCESSED, POSTBOX_INBOX_DUPLICATE or POSTBOX_INBOX_FAILED.
+ */
+int postbox_inbox_process(PGconn *conn, const char *consumer, const char *message_id,
+                          const char *message_type, postbox_inbox_handler_fn handler, void *arg,
+                          char *errbuf, size_t errlen);
+
 /** @brief The library version, e.g. "0.1.0". */
 const char *postbox_version(void);
 

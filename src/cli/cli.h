@@ -22,5 +22,6 @@ typedef struct pb_cli {
 
 int pb_cmd_init(pb_cli_t *cli);
 int pb_cmd_relay(pb_cli_t *cli);
+int pb_cmd_consume(pb_cli_t *cli);
 
 #endif

@@ -39,6 +39,8 @@ static void usage(FILE *out)
           "  relay           publish committed events until SIGTERM/SIGINT (the batch in flight\n"
           "                  is finished first, exit 0)\n"
           "      --drain     exit 0 once no pending event is left\n"
+          "  consume         read a queue and run each message's SQL handler exactly once in\n"
+          "                  effect (inbox), until SIGTERM/SIGINT\n"
           "  config          print the effective configuration (secrets hidden)\n"
           "      --reference list every option with its default, environment variable and meaning\n"
           "      --sample    print a commented INI file with every option at its default\n"
@@ -133,7 +135,7 @@ int main(int argc, char **argv)
     }
     if (help || !command) {
         usage(help ? stdout : stderr);
-        if (help && command && strcmp(command, "relay") == 0) {
+        if (help && command && (strcmp(command, "relay") == 0 || strcmp(command, "consume") == 0)) {
             fputs("\nconfiguration options:\n", stdout);
             pb_config_write_reference(stdout);
         }
@@ -166,6 +168,8 @@ int main(int argc, char **argv)
         rc = pb_cmd_init(&cli);
     } else if (strcmp(command, "relay") == 0) {
         rc = pb_cmd_relay(&cli);
+    } else if (strcmp(command, "consume") == 0) {
+        rc = pb_cmd_consume(&cli);
     } else if (strcmp(command, "config") == 0) {
         if (cli.reference)
             pb_config_write_reference(stdout);

@@ -49,8 +49,34 @@ static const option_t *find_option(const char *section, const char *key)
     return NULL;
 }
 
+static void set_handler(pb_config_t *cfg, const char *type, const char *sql)
+{
+    for (size_t i = 0; i < cfg->n_handlers; i++) {
+        if (strcmp(cfg->handler_types[i], type) == 0) {
+            free(cfg->handler_sql[i]);
+            cfg->handler_sql[i] = pb_strdup(sql);
+            return;
+        }
+    }
+    cfg->handler_types = pb_realloc(cfg->handler_types, (cfg->n_handlers + 1) * sizeof(char *));
+    cfg->handler_sql = pb_realloc(cfg->handler_sql, (cfg->n_handlers + 1) * sizeof(char *));
+    cfg->handler_types[cfg->n_handlers] = pb_strdup(type);
+    cfg->handler_sql[cfg->n_handlers] = pb_strdup(sql);
+    cfg->n_handlers++;
+}
+
+const char *pb_config_handler_for(const pb_config_t *cfg, const char *type)
+{
+    for (size_t i = 0; type && i < cfg->n_handlers; i++)
+        if (strcmp(cfg->handler_types[i], type) == 0)
+            return cfg->handler_sql[i];
+    return *cfg->consume_handler ? cfg->consume_handler : NULL;
+}
+
 static bool known_section(const char *section)
 {
+    if (strcmp(section, PB_CONFIG_HANDLERS_SECTION) == 0)
+        return true;
     for (size_t i = 0; i < N_OPTIONS; i++)
         if (strcmp(options[i].section, section) == 0)
             return true;
@@ -194,6 +220,14 @@ void pb_config_free(pb_config_t *cfg)
     }
     free(cfg->source_file);
     cfg->source_file = NULL;
+    for (size_t i = 0; i < cfg->n_handlers; i++) {
+        free(cfg->handler_types[i]);
+        free(cfg->handler_sql[i]);
+    }
+    free(cfg->handler_types);
+    free(cfg->handler_sql);
+    cfg->handler_types = cfg->handler_sql = NULL;
+    cfg->n_handlers = 0;
 }
 
 pb_status_t pb_config_set(pb_config_t *cfg, const char *name, const char *value,
@@ -210,6 +244,10 @@ pb_status_t pb_config_set(pb_config_t *cfg, const char *name, const char *value,
         return pb_fail(err, PB_FATAL, "unknown option \"%s\"", name);
     memcpy(section, name, sl);
     section[sl] = '\0';
+    if (strcmp(section, PB_CONFIG_HANDLERS_SECTION) == 0) {
+        set_handler(cfg, dot + 1, value);
+        return PB_OK;
+    }
     const option_t *o = find_option(section, dot + 1);
     if (!o) {
         if (!known_section(section))
@@ -238,6 +276,10 @@ static int on_ini_entry(void *user, const char *section, const char *name, const
         pb_fail(ctx->err, PB_FATAL, "unknown section [%s]", section);
         ctx->failed = true;
         return 0;
+    }
+    if (strcmp(section, PB_CONFIG_HANDLERS_SECTION) == 0) {
+        set_handler(ctx->cfg, name, value);
+        return 1;
     }
     const option_t *o = find_option(section, name);
     if (!o) {
@@ -336,6 +378,10 @@ void pb_config_write(const pb_config_t *cfg, FILE *out)
         write_value(cfg, &options[i], out);
         fputc('\n', out);
     }
+    if (cfg->n_handlers)
+        fprintf(out, "\n[%s]\n", PB_CONFIG_HANDLERS_SECTION);
+    for (size_t i = 0; i < cfg->n_handlers; i++)
+        fprintf(out, "%s = %s\n", cfg->handler_types[i], cfg->handler_sql[i]);
 }
 
 void pb_config_write_reference(FILE *out)
@@ -368,4 +414,7 @@ void pb_config_write_sample(FILE *out)
             fprintf(out, " (one of %s)", o->choices);
         fprintf(out, "\n; env %s\n%s = %s\n", o->env, o->key, o->dflt);
     }
+    fprintf(out, "\n[%s]\n; consume: SQL handler per message type, overriding consume.handler, e.g.\n"
+                 "; order.paid.v1 = SELECT shipping.on_order_paid($1::jsonb, $2::jsonb)\n",
+            PB_CONFIG_HANDLERS_SECTION);
 }

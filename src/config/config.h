@@ -23,6 +23,10 @@ typedef struct pb_config {
 #include "config/options.def"
 #undef X
     char *source_file; /* the INI file read, or NULL */
+    /* [handlers] section: SQL handler per message type (consume), in the order given */
+    size_t n_handlers;
+    char **handler_types;
+    char **handler_sql;
 } pb_config_t;
 
 /* Where a value came from, for error messages and `postbox config`. */
@@ -36,6 +40,12 @@ typedef enum pb_config_origin {
 /* Fills every option with its default. */
 void pb_config_init(pb_config_t *cfg);
 void pb_config_free(pb_config_t *cfg);
+
+/* Section whose keys are free: message type = SQL handler. */
+#define PB_CONFIG_HANDLERS_SECTION "handlers"
+
+/* SQL handler for a message type: the [handlers] entry for it, else consume.handler, else NULL. */
+const char *pb_config_handler_for(const pb_config_t *cfg, const char *type);
 
 /* Sets "section.key" from text, validating type and range. Unknown names are errors. */
 pb_status_t pb_config_set(pb_config_t *cfg, const char *name, const char *value,

@@ -1,6 +1,16 @@
+/* The relay loop, double-buffered: while the broker confirms batch k (one PostgreSQL connection
+ * holds its rows locked), a worker thread settles batch k-1 and claims batch k+1 on the other
+ * connection. The database work thus hides behind the broker's confirm latency instead of
+ * adding to it. Rows are marked published only after their confirms, as before; a crash
+ * anywhere leaves unsettled rows pending, to be published again (at least once).
+ *
+ * Order per aggregate: batch k+1 is claimed before batch k's outcomes are written, so the
+ * aggregates that did not publish cleanly in batch k are carried over and held back in batch
+ * k+1; from batch k+2 on the claim query itself skips them (their failure is settled by then). */
 #include "relay/relay.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/select.h>
@@ -8,6 +18,7 @@
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/str.h"
 #include "sink/sink.h"
 #include "store/outbox.h"
 #include "store/pg.h"
@@ -20,32 +31,56 @@
 #define STATS_INTERVAL_MS 10000
 #define IDLE_TICK_MS 1000
 
+/* One PostgreSQL connection and the batch it holds. */
+typedef struct slot {
+    PGconn *conn;
+    pb_outbox_t ob;
+    pb_result_t *results;
+    pb_settle_plan_t *plans;
+    char (*reasons)[sizeof ((pb_result_t *)0)->error + 64];
+    bool claimed;   /* a transaction with a claimed batch (maybe empty) is open */
+    bool to_settle; /* published: results and plans wait to be written */
+} slot_t;
+
 typedef struct relay {
     const pb_config_t *cfg;
     const pb_relay_opts_t *opts;
     volatile sig_atomic_t *stop;
-    PGconn *conn;
-    pb_outbox_t ob;
+    slot_t slots[2];
+    int cur; /* the slot whose batch is published next */
     pb_sink_t *snk;
     bool sink_up;
-    int sink_attempt;  /* consecutive failed connects, for the backoff */
-    pb_result_t *results;
-    pb_settle_plan_t *plans;
-    char (*reasons)[sizeof ((pb_result_t *)0)->error + 64];
+    int sink_attempt; /* consecutive failed connects, for the backoff */
     size_t *rejected; /* indexes of events rejected by the precheck, per batch */
+    pb_buf_t carry;   /* "type\0id\0" of aggregates that did not publish cleanly last batch */
+    size_t n_carry;
     /* totals for the periodic log line */
     uint64_t published, retried, dead;
     uint64_t stats_published;
     int64_t stats_at;
 } relay_t;
 
+/* The worker's job: settle the other slot's published batch, then claim the next batch on it. */
+typedef struct worker_job {
+    relay_t *rel;
+    slot_t *slot;
+    pb_settle_counts_t counts;
+    pb_status_t st;
+    pb_error_t err;
+} worker_job_t;
+
 static void drop_pg(relay_t *rel)
 {
-    if (!rel->conn)
-        return;
-    pb_outbox_free(&rel->ob);
-    PQfinish(rel->conn);
-    rel->conn = NULL;
+    for (int i = 0; i < 2; i++) {
+        slot_t *s = &rel->slots[i];
+        if (!s->conn)
+            continue;
+        pb_outbox_free(&s->ob);
+        PQfinish(s->conn);
+        s->conn = NULL;
+        s->claimed = s->to_settle = false;
+    }
+    rel->n_carry = 0;
 }
 
 /* Waits up to ms, returning early on stop. */
@@ -60,27 +95,40 @@ static void nap(relay_t *rel, int64_t ms)
     }
 }
 
-static pb_status_t connect_pg(relay_t *rel, pb_error_t *err)
+static pb_status_t open_slot(relay_t *rel, slot_t *s, pb_error_t *err)
 {
     pb_status_t st = pb_pg_connect_retry(rel->cfg->postgres_dsn, rel->cfg->relay_reconnect_cap,
-                                         rel->stop, &rel->conn, err);
+                                         rel->stop, &s->conn, err);
     if (st != PB_OK)
         return st;
-    char where[256];
-    pb_pg_describe(rel->conn, where, sizeof where);
-    pb_outbox_init(&rel->ob, rel->conn, strcmp(rel->cfg->relay_on_publish, "delete") == 0);
-    if ((st = pb_pg_exec(rel->conn, "LISTEN " NOTIFY_CHANNEL, err)) != PB_OK ||
-        (st = pb_outbox_prepare(&rel->ob, err)) != PB_OK) {
-        if (st == PB_FATAL && strstr(err->msg, "does not exist"))
-            pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
+    pb_outbox_init(&s->ob, s->conn, strcmp(rel->cfg->relay_on_publish, "delete") == 0);
+    if ((st = pb_outbox_prepare(&s->ob, err)) != PB_OK && st == PB_FATAL &&
+        strstr(err->msg, "does not exist"))
+        pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
+    return st;
+}
+
+static pb_status_t connect_pg(relay_t *rel, pb_error_t *err)
+{
+    pb_status_t st;
+    for (int i = 0; i < 2; i++) {
+        if ((st = open_slot(rel, &rel->slots[i], err)) != PB_OK) {
+            drop_pg(rel);
+            return st;
+        }
+    }
+    PGconn *main_conn = rel->slots[0].conn;
+    if ((st = pb_pg_exec(main_conn, "LISTEN " NOTIFY_CHANNEL, err)) != PB_OK) {
         drop_pg(rel);
         return st;
     }
+    char where[256];
+    pb_pg_describe(main_conn, where, sizeof where);
     /* Stand by until this instance owns the outbox. */
     bool said = false;
     while (!*rel->stop) {
-        PGresult *res = PQexec(rel->conn, RELAY_LOCK_SQL);
-        if ((st = pb_pg_check(rel->conn, res, PGRES_TUPLES_OK, "take relay lock", err)) != PB_OK) {
+        PGresult *res = PQexec(main_conn, RELAY_LOCK_SQL);
+        if ((st = pb_pg_check(main_conn, res, PGRES_TUPLES_OK, "take relay lock", err)) != PB_OK) {
             drop_pg(rel);
             return st;
         }
@@ -124,18 +172,19 @@ static pb_status_t connect_sink(relay_t *rel, pb_error_t *err)
 }
 
 /* Sleeps until a NOTIFY arrives, the poll interval passes, or stop. Keeps the broker connection
- * serviced (heartbeats) meanwhile. */
+ * serviced (heartbeats) meanwhile. Both slots are outside any transaction here. */
 static pb_status_t wait_for_work(relay_t *rel, pb_error_t *err)
 {
+    PGconn *conn = rel->slots[0].conn;
     int64_t until = pb_monotonic_ms() + rel->cfg->relay_poll_interval;
-    int fd = PQsocket(rel->conn);
+    int fd = PQsocket(conn);
     while (!*rel->stop) {
-        if (!PQconsumeInput(rel->conn))
+        if (!PQconsumeInput(conn))
             return pb_fail(err, PB_TRANSIENT, "postgresql connection lost: %s",
-                           PQerrorMessage(rel->conn));
+                           PQerrorMessage(conn));
         PGnotify *note;
         bool woken = false;
-        while ((note = PQnotifies(rel->conn)) != NULL) {
+        while ((note = PQnotifies(conn)) != NULL) {
             woken = true;
             PQfreemem(note);
         }
@@ -167,56 +216,88 @@ static bool same_aggregate(const pb_event_t *a, const pb_event_t *b)
            strcmp(a->aggregate_type, b->aggregate_type) == 0;
 }
 
-/* Before publishing: events the sink can never publish are rejected, and the later events of
- * their aggregates in this batch are held back, so that they follow the dead letter instead of
- * overtaking it. */
-static void precheck(relay_t *rel, const pb_event_t *events, size_t n)
+static bool carried_over(const relay_t *rel, const pb_event_t *ev)
 {
+    const char *p = rel->carry.data;
+    for (size_t i = 0; i < rel->n_carry; i++) {
+        const char *type = p, *id = p + strlen(p) + 1;
+        if (strcmp(type, ev->aggregate_type) == 0 && strcmp(id, ev->aggregate_id) == 0)
+            return true;
+        p = id + strlen(id) + 1;
+    }
+    return false;
+}
+
+/* Before publishing: events of aggregates that failed in the previous batch are held back;
+ * events the sink can never publish are rejected, and the later events of their aggregates in
+ * this batch are held back, so that they follow the dead letter instead of overtaking it. */
+static void precheck(relay_t *rel, slot_t *s)
+{
+    const pb_event_t *events = s->ob.events;
     size_t n_blocked = 0;
-    for (size_t i = 0; i < n; i++) {
-        rel->results[i].outcome = PB_OUT_UNTRIED;
-        rel->results[i].error[0] = '\0';
-        for (size_t b = 0; b < n_blocked; b++) {
-            if (same_aggregate(&events[rel->rejected[b]], &events[i])) {
-                rel->results[i].outcome = PB_OUT_HELD;
-                break;
-            }
-        }
-        if (rel->results[i].outcome == PB_OUT_HELD || !rel->snk->ops->check)
+    for (size_t i = 0; i < s->ob.n_events; i++) {
+        pb_result_t *r = &s->results[i];
+        r->outcome = PB_OUT_UNTRIED;
+        r->error[0] = '\0';
+        if (rel->n_carry && carried_over(rel, &events[i]))
+            r->outcome = PB_OUT_HELD;
+        for (size_t b = 0; b < n_blocked && r->outcome == PB_OUT_UNTRIED; b++)
+            if (same_aggregate(&events[rel->rejected[b]], &events[i]))
+                r->outcome = PB_OUT_HELD;
+        if (r->outcome != PB_OUT_UNTRIED || !rel->snk->ops->check)
             continue;
-        if (!rel->snk->ops->check(rel->snk, &events[i], &rel->results[i]))
+        if (!rel->snk->ops->check(rel->snk, &events[i], r))
             rel->rejected[n_blocked++] = i;
     }
 }
 
+/* Remembers the aggregates of this batch that did not publish cleanly (see precheck). */
+static void remember_unclean(relay_t *rel, const slot_t *s)
+{
+    pb_buf_reset(&rel->carry);
+    rel->n_carry = 0;
+    for (size_t i = 0; i < s->ob.n_events; i++) {
+        if (s->results[i].outcome == PB_OUT_PUBLISHED)
+            continue;
+        const pb_event_t *ev = &s->ob.events[i];
+        pb_buf_append(&rel->carry, ev->aggregate_type, strlen(ev->aggregate_type) + 1);
+        pb_buf_append(&rel->carry, ev->aggregate_id, strlen(ev->aggregate_id) + 1);
+        rel->n_carry++;
+    }
+}
+
 /* Decides, per failed event, between another attempt later and a dead letter. */
-static void plan(relay_t *rel, const pb_event_t *events, size_t n)
+static void plan(relay_t *rel, slot_t *s)
 {
     const pb_config_t *cfg = rel->cfg;
-    for (size_t i = 0; i < n; i++) {
-        pb_settle_plan_t *p = &rel->plans[i];
-        const pb_result_t *r = &rel->results[i];
+    const pb_event_t *events = s->ob.events;
+    for (size_t i = 0; i < s->ob.n_events; i++) {
+        pb_settle_plan_t *p = &s->plans[i];
+        const pb_result_t *r = &s->results[i];
         memset(p, 0, sizeof *p);
         if (r->outcome == PB_OUT_REJECT) {
             p->dead = true;
             p->reason = r->error;
+            log_warn(FAC, "event %s (%s) can never be published: %s; dead-lettered",
+                     events[i].event_id, events[i].event_type, r->error);
         } else if (r->outcome == PB_OUT_RETRY) {
             int attempt = events[i].attempts + 1;
             if (attempt >= cfg->relay_max_attempts) {
                 p->dead = true;
-                snprintf(rel->reasons[i], sizeof rel->reasons[i], "gave up after %d attempts: %s",
+                snprintf(s->reasons[i], sizeof s->reasons[i], "gave up after %d attempts: %s",
                          attempt, r->error);
-                p->reason = rel->reasons[i];
+                p->reason = s->reasons[i];
             } else {
                 p->retry_delay_ms = pb_backoff_ms(attempt, cfg->relay_backoff_base,
                                                   cfg->relay_backoff_cap, pb_random_unit());
             }
             log_warn(FAC, "publish of event %s (%s, attempt %d) failed: %s%s", events[i].event_id,
                      events[i].event_type, attempt, r->error, p->dead ? "; dead-lettered" : "");
+        } else if (r->outcome == PB_OUT_PUBLISHED) {
+            log_debug(FAC, "published event %s (%s) %.1f ms after its commit", events[i].event_id,
+                      events[i].event_type,
+                      (double)(pb_wall_us() - events[i].created_at_us) / 1000.0);
         }
-        if (r->outcome == PB_OUT_REJECT)
-            log_warn(FAC, "event %s (%s) can never be published: %s; dead-lettered",
-                     events[i].event_id, events[i].event_type, r->error);
     }
 }
 
@@ -236,42 +317,125 @@ static void log_stats(relay_t *rel, bool force)
     rel->stats_at = now;
 }
 
-/* One claim-publish-settle round. *claimed receives the batch size. */
-static pb_status_t relay_batch(relay_t *rel, size_t *claimed, pb_error_t *err)
+static pb_status_t settle(relay_t *rel, slot_t *s, pb_settle_counts_t *counts, pb_error_t *err)
 {
-    pb_status_t st = pb_outbox_claim(&rel->ob, (int)rel->cfg->relay_batch_size, err);
-    if (st != PB_OK)
-        return st;
-    size_t n = rel->ob.n_events;
-    *claimed = n;
-    if (n == 0)
-        return pb_pg_exec(rel->conn, "COMMIT", err);
+    memset(counts, 0, sizeof *counts);
+    if (!s->to_settle)
+        return PB_OK;
+    s->to_settle = false;
+    s->claimed = false;
+    return pb_outbox_settle(&s->ob, s->results, s->plans, counts, err);
+}
 
-    const pb_event_t *events = rel->ob.events;
-    precheck(rel, events, n);
+static void add_counts(relay_t *rel, const pb_settle_counts_t *c)
+{
+    rel->published += c->published;
+    rel->retried += c->retried;
+    rel->dead += c->dead;
+}
+
+static pb_status_t claim(relay_t *rel, slot_t *s, pb_error_t *err)
+{
+    pb_status_t st = pb_outbox_claim(&s->ob, (int)rel->cfg->relay_batch_size, err);
+    s->claimed = st == PB_OK;
+    return st;
+}
+
+/* @thread worker: touches only job->slot and its connection. */
+static void *worker_main(void *arg)
+{
+    worker_job_t *job = arg;
+    job->st = settle(job->rel, job->slot, &job->counts, &job->err);
+    if (job->st == PB_OK)
+        job->st = claim(job->rel, job->slot, &job->err);
+    return NULL;
+}
+
+/* One step: publish the current slot's batch while the worker settles and claims on the other.
+ * *idle is set when there was nothing to publish and nothing left to settle. */
+static pb_status_t relay_step(relay_t *rel, bool *idle, pb_error_t *err)
+{
+    slot_t *cur = &rel->slots[rel->cur];
+    slot_t *other = &rel->slots[1 - rel->cur];
+    pb_settle_counts_t counts;
+    pb_status_t st;
+    *idle = false;
+    if (!cur->claimed && (st = claim(rel, cur, err)) != PB_OK)
+        return st;
+    if (cur->ob.n_events == 0) {
+        cur->claimed = false;
+        if ((st = pb_pg_exec(cur->conn, "COMMIT", err)) != PB_OK)
+            return st;
+        if (other->to_settle) { /* settle it, then look again: its batch may have hidden more */
+            st = settle(rel, other, &counts, err);
+            add_counts(rel, &counts);
+            rel->n_carry = 0;
+            return st;
+        }
+        *idle = true;
+        return PB_OK;
+    }
+
+    precheck(rel, cur);
+    worker_job_t job = {.rel = rel, .slot = other};
+    pthread_t worker;
+    bool threaded = pthread_create(&worker, NULL, worker_main, &job) == 0;
+    if (!threaded) /* no thread: do the same work in line, only slower */
+        worker_main(&job);
     pb_error_t sink_err;
-    if (rel->snk->ops->publish(rel->snk, events, n, rel->results, &sink_err) != PB_OK) {
+    if (rel->snk->ops->publish(rel->snk, cur->ob.events, cur->ob.n_events, cur->results,
+                               &sink_err) != PB_OK) {
         log_warn(FAC, "%s broker connection lost: %s", rel->snk->ops->name, sink_err.msg);
         rel->sink_up = false;
     }
-    plan(rel, events, n);
-    pb_settle_counts_t counts;
-    if ((st = pb_outbox_settle(&rel->ob, rel->results, rel->plans, &counts, err)) != PB_OK)
-        return st;
-    rel->published += counts.published;
-    rel->retried += counts.retried;
-    rel->dead += counts.dead;
+    if (threaded)
+        pthread_join(worker, NULL);
+    plan(rel, cur);
+    cur->to_settle = true;
+    remember_unclean(rel, cur);
+    add_counts(rel, &job.counts);
+    rel->cur = 1 - rel->cur;
+    if (job.st != PB_OK) {
+        *err = job.err;
+        return job.st;
+    }
     return PB_OK;
+}
+
+/* On the way out: write what was published, give back what was only claimed. */
+static pb_status_t finish(relay_t *rel, pb_error_t *err)
+{
+    pb_status_t st = PB_OK;
+    for (int i = 0; i < 2; i++) {
+        slot_t *s = &rel->slots[i];
+        if (!s->conn)
+            continue;
+        pb_settle_counts_t counts;
+        if (s->to_settle) {
+            pb_status_t one = settle(rel, s, &counts, err);
+            add_counts(rel, &counts);
+            if (one != PB_OK)
+                st = one;
+        } else if (s->claimed) {
+            pb_outbox_rollback(&s->ob);
+            s->claimed = false;
+        }
+    }
+    rel->n_carry = 0; /* all outcomes are in the database now: the claim query sees them */
+    return st;
 }
 
 static void relay_free(relay_t *rel)
 {
     drop_pg(rel);
     pb_sink_free(rel->snk);
-    free(rel->results);
-    free(rel->plans);
-    free(rel->reasons);
+    for (int i = 0; i < 2; i++) {
+        free(rel->slots[i].results);
+        free(rel->slots[i].plans);
+        free(rel->slots[i].reasons);
+    }
     free(rel->rejected);
+    pb_buf_free(&rel->carry);
 }
 
 pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
@@ -282,27 +446,38 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
     if (st != PB_OK)
         return st;
     size_t cap = (size_t)cfg->relay_batch_size;
-    rel.results = pb_malloc(cap * sizeof *rel.results);
-    rel.plans = pb_malloc(cap * sizeof *rel.plans);
-    rel.reasons = pb_malloc(cap * sizeof *rel.reasons);
+    for (int i = 0; i < 2; i++) {
+        rel.slots[i].results = pb_malloc(cap * sizeof *rel.slots[i].results);
+        rel.slots[i].plans = pb_malloc(cap * sizeof *rel.slots[i].plans);
+        rel.slots[i].reasons = pb_malloc(cap * sizeof *rel.slots[i].reasons);
+    }
     rel.rejected = pb_malloc(cap * sizeof *rel.rejected);
     rel.stats_at = pb_monotonic_ms();
 
     while (!*stop) {
-        if (!rel.conn && (st = connect_pg(&rel, err)) != PB_OK) {
+        if (!rel.slots[0].conn && (st = connect_pg(&rel, err)) != PB_OK) {
             if (st == PB_FATAL)
                 break;
             continue; /* interrupted: the loop condition ends it */
         }
-        if (!rel.sink_up && (st = connect_sink(&rel, err)) != PB_OK) {
-            if (st == PB_FATAL)
-                break;
-            continue;
+        if (!rel.sink_up) {
+            /* record the failures of the batch that lost the broker, and hold no row locks
+             * while waiting for it to come back */
+            if ((st = finish(&rel, err)) != PB_OK) {
+                log_warn(FAC, "postgresql: %s; reconnecting", err->msg);
+                drop_pg(&rel);
+                continue;
+            }
+            if ((st = connect_sink(&rel, err)) != PB_OK) {
+                if (st == PB_FATAL)
+                    break;
+                continue;
+            }
         }
-        size_t claimed = 0;
-        st = relay_batch(&rel, &claimed, err);
+        bool idle;
+        st = relay_step(&rel, &idle, err);
         if (st == PB_TRANSIENT) {
-            /* the batch's rows stay pending and are published again: at least once */
+            /* unsettled rows stay pending and are published again: at least once */
             log_warn(FAC, "postgresql: %s; reconnecting", err->msg);
             drop_pg(&rel);
             continue;
@@ -310,22 +485,24 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
         if (st == PB_FATAL)
             break;
         log_stats(&rel, false);
-        if (claimed == (size_t)cfg->relay_batch_size)
-            continue; /* a full batch: more is probably waiting */
-        if (opts->drain && claimed == 0) {
+        if (!idle)
+            continue;
+        if (opts->drain) {
             int64_t pending;
-            if ((st = pb_outbox_pending(&rel.ob, &pending, err)) == PB_FATAL)
+            if ((st = pb_outbox_pending(&rel.slots[0].ob, &pending, err)) == PB_FATAL)
                 break;
             if (st == PB_OK && pending == 0) {
                 log_info(FAC, "outbox drained");
                 break;
             }
         }
-        if (claimed == 0 && (st = wait_for_work(&rel, err)) != PB_OK) {
+        if ((st = wait_for_work(&rel, err)) != PB_OK) {
             log_warn(FAC, "%s; reconnecting", err->msg);
             drop_pg(&rel);
         }
     }
+    if (st != PB_FATAL && rel.slots[0].conn && finish(&rel, err) != PB_OK)
+        log_warn(FAC, "could not record the last batch (it will be published again): %s", err->msg);
     if (st != PB_FATAL)
         st = PB_OK;
     log_stats(&rel, true);

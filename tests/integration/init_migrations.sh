@@ -5,7 +5,8 @@ source "$(dirname "$0")/lib.sh"
 
 out=$("$POSTBOX_BIN" init 2>"$PB_TMP/init1.err") || fail "first init failed: $(cat "$PB_TMP/init1.err")"
 say "first init: $out"
-[[ $out == *"version 1"* ]] || fail "first init did not report version 1: '$out'"
+latest=$(ls "$POSTBOX_SOURCE_DIR"/sql/[0-9][0-9][0-9]_*.sql | sed -n '$s|.*/0*\([0-9]*\)_.*|\1|p')
+[[ $out == *"version $latest "* ]] || fail "first init did not report version $latest: '$out'"
 for t in outbox dead_letters schema_migrations; do
     [[ $(psql_q "SELECT to_regclass('postbox.$t') IS NOT NULL") == t ]] || fail "table postbox.$t missing after init"
 done

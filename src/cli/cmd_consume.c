@@ -1,0 +1,14 @@
+/* postbox consume: read a queue, run the SQL handler of each message exactly once in effect. */
+#include "cli/cli.h"
+#include "common/log.h"
+#include "consume/consume.h"
+
+int pb_cmd_consume(pb_cli_t *cli)
+{
+    pb_error_t err;
+    if (pb_consume_run(&cli->cfg, cli->stop, &err) != PB_OK) {
+        log_error("consume", "%s", err.msg);
+        return PB_EXIT_FAILURE;
+    }
+    return PB_EXIT_OK;
+}

@@ -1,0 +1,258 @@
+#include "consume/consume.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/backoff.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "inbox/inbox.h"
+#include "source/source.h"
+#include "store/pg.h"
+
+#define FAC "consume"
+#define STATS_INTERVAL_MS 10000
+#define RECEIVE_TICK_MS 500
+
+/* A failed message held back (unacknowledged) until its redelivery time. */
+typedef struct held {
+    uint64_t tag;
+    int64_t due_ms;
+} held_t;
+
+typedef struct consumer {
+    const pb_config_t *cfg;
+    volatile sig_atomic_t *stop;
+    PGconn *conn;
+    pb_inbox_t ib;
+    pb_source_t *src;
+    bool src_up;
+    int src_attempt;
+    pb_message_t *msgs;
+    pb_inbox_verdict_t *verdicts;
+    held_t *held;
+    size_t n_held, cap_held;
+    pb_inbox_counts_t counts, stats_counts;
+    int64_t stats_at;
+} consumer_t;
+
+static void drop_pg(consumer_t *c)
+{
+    if (!c->conn)
+        return;
+    pb_inbox_free(&c->ib);
+    PQfinish(c->conn);
+    c->conn = NULL;
+}
+
+/* Losing the broker connection returns every unacknowledged message to the queue, the held
+ * ones too: forget them. */
+static void drop_source(consumer_t *c)
+{
+    c->src_up = false;
+    c->n_held = 0;
+}
+
+static void nap(consumer_t *c, int64_t ms)
+{
+    int64_t until = pb_monotonic_ms() + ms;
+    while (!*c->stop && pb_monotonic_ms() < until)
+        pb_sleep_ms(until - pb_monotonic_ms() < 200 ? until - pb_monotonic_ms() : 200);
+}
+
+static pb_status_t connect_pg(consumer_t *c, pb_error_t *err)
+{
+    pb_status_t st = pb_pg_connect_retry(c->cfg->postgres_dsn, c->cfg->relay_reconnect_cap,
+                                         c->stop, &c->conn, err);
+    if (st != PB_OK)
+        return st;
+    if ((st = pb_inbox_init(&c->ib, c->conn, c->cfg, err)) != PB_OK) {
+        PQfinish(c->conn);
+        c->conn = NULL;
+        if (st == PB_FATAL && strstr(err->msg, "postbox.inbox"))
+            pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
+        return st;
+    }
+    char where[256];
+    pb_pg_describe(c->conn, where, sizeof where);
+    log_info(FAC, "consumer \"%s\" writing its inbox in postgresql %s", c->cfg->consume_consumer,
+             where);
+    return PB_OK;
+}
+
+static pb_status_t connect_source(consumer_t *c, pb_error_t *err)
+{
+    while (!*c->stop) {
+        pb_status_t st = c->src->ops->connect(c->src, err);
+        if (st == PB_OK) {
+            c->src_attempt = 0;
+            c->src_up = true;
+            return PB_OK;
+        }
+        if (st == PB_FATAL)
+            return st;
+        c->src_attempt++;
+        int64_t delay = pb_backoff_ms(c->src_attempt, 200, c->cfg->relay_reconnect_cap,
+                                      pb_random_unit());
+        log_warn(FAC, "waiting for the %s broker (attempt %d, next in %lld ms): %s",
+                 c->src->ops->name, c->src_attempt, (long long)delay, err->msg);
+        nap(c, delay);
+    }
+    return pb_fail(err, PB_TRANSIENT, "interrupted while waiting for the broker");
+}
+
+/* Gives back the held messages whose redelivery time has come. */
+static pb_status_t release_due(consumer_t *c, pb_error_t *err)
+{
+    int64_t now = pb_monotonic_ms();
+    size_t kept = 0;
+    for (size_t i = 0; i < c->n_held; i++) {
+        if (c->held[i].due_ms > now) {
+            c->held[kept++] = c->held[i];
+            continue;
+        }
+        if (c->src->ops->requeue(c->src, c->held[i].tag, err) != PB_OK) {
+            drop_source(c);
+            return PB_TRANSIENT;
+        }
+    }
+    c->n_held = kept;
+    return PB_OK;
+}
+
+static int64_t next_due_in(const consumer_t *c)
+{
+    int64_t wait = RECEIVE_TICK_MS, now = pb_monotonic_ms();
+    for (size_t i = 0; i < c->n_held; i++)
+        if (c->held[i].due_ms - now < wait)
+            wait = c->held[i].due_ms - now;
+    return wait < 0 ? 0 : wait;
+}
+
+static void hold(consumer_t *c, uint64_t tag, int64_t delay_ms)
+{
+    if (c->n_held == c->cap_held) {
+        c->cap_held = c->cap_held ? c->cap_held * 2 : 64;
+        c->held = pb_realloc(c->held, c->cap_held * sizeof *c->held);
+    }
+    c->held[c->n_held++] = (held_t){tag, pb_monotonic_ms() + delay_ms};
+}
+
+/* After the commit: acknowledge what is settled, hold back what is to be retried. */
+static pb_status_t acknowledge(consumer_t *c, size_t n, pb_error_t *err)
+{
+    bool all_ack = c->n_held == 0;
+    for (size_t i = 0; i < n && all_ack; i++)
+        all_ack = c->verdicts[i].action == PB_INBOX_ACK;
+    if (all_ack) /* one frame for the whole batch */
+        return c->src->ops->ack(c->src, c->msgs[n - 1].tag, true, err);
+    for (size_t i = 0; i < n; i++) {
+        if (c->verdicts[i].action == PB_INBOX_REQUEUE) {
+            hold(c, c->msgs[i].tag, c->verdicts[i].delay_ms);
+            continue;
+        }
+        pb_status_t st = c->src->ops->ack(c->src, c->msgs[i].tag, false, err);
+        if (st != PB_OK)
+            return st;
+    }
+    return PB_OK;
+}
+
+static void log_stats(consumer_t *c, bool force)
+{
+    int64_t now = pb_monotonic_ms();
+    if (!force && now - c->stats_at < STATS_INTERVAL_MS)
+        return;
+    uint64_t delta = c->counts.processed - c->stats_counts.processed;
+    uint64_t dups = c->counts.duplicates - c->stats_counts.duplicates;
+    if (delta || dups || force)
+        log_info(FAC, "processed %llu messages in %.1f s (%.0f/s), %llu duplicates; totals: "
+                      "processed %llu, duplicates %llu, handler failures %llu, dead %llu",
+                 (unsigned long long)delta, (double)(now - c->stats_at) / 1000.0,
+                 now > c->stats_at ? (double)delta * 1000.0 / (double)(now - c->stats_at) : 0.0,
+                 (unsigned long long)dups, (unsigned long long)c->counts.processed,
+                 (unsigned long long)c->counts.duplicates, (unsigned long long)c->counts.failed,
+                 (unsigned long long)c->counts.dead);
+    c->stats_counts = c->counts;
+    c->stats_at = now;
+}
+
+static pb_status_t consume_batch(consumer_t *c, pb_error_t *err)
+{
+    const pb_config_t *cfg = c->cfg;
+    size_t n = 0;
+    pb_error_t src_err;
+    if (release_due(c, &src_err) != PB_OK) {
+        log_warn(FAC, "%s broker connection lost: %s", c->src->ops->name, src_err.msg);
+        return PB_OK;
+    }
+    if (c->src->ops->receive(c->src, c->msgs, (size_t)cfg->consume_batch_size, next_due_in(c),
+                             cfg->consume_batch_wait, &n, &src_err) != PB_OK) {
+        log_warn(FAC, "%s broker connection lost: %s", c->src->ops->name, src_err.msg);
+        drop_source(c);
+        if (n == 0)
+            return PB_OK;
+    }
+    if (n == 0)
+        return PB_OK;
+    pb_status_t st = pb_inbox_handle(&c->ib, c->msgs, n, c->verdicts, &c->counts, err);
+    if (st != PB_OK) {
+        /* nothing committed: give the batch back now rather than when the connection drops */
+        for (size_t i = 0; c->src_up && i < n; i++)
+            if (c->src->ops->requeue(c->src, c->msgs[i].tag, &src_err) != PB_OK)
+                drop_source(c);
+        return st;
+    }
+    if (c->src_up && acknowledge(c, n, &src_err) != PB_OK) {
+        /* committed but not acknowledged: the broker redelivers, the inbox absorbs it */
+        log_warn(FAC, "%s broker connection lost before the acknowledgement: %s",
+                 c->src->ops->name, src_err.msg);
+        drop_source(c);
+    }
+    return PB_OK;
+}
+
+pb_status_t pb_consume_run(const pb_config_t *cfg, volatile sig_atomic_t *stop, pb_error_t *err)
+{
+    if (!*cfg->consume_handler && cfg->n_handlers == 0)
+        return pb_fail(err, PB_FATAL,
+                       "no handler configured: set consume.handler or a [handlers] entry");
+    consumer_t c = {.cfg = cfg, .stop = stop};
+    pb_status_t st = pb_source_new(cfg, &c.src, err);
+    if (st != PB_OK)
+        return st;
+    size_t cap = (size_t)cfg->consume_batch_size;
+    c.msgs = pb_malloc(cap * sizeof *c.msgs);
+    c.verdicts = pb_malloc(cap * sizeof *c.verdicts);
+    c.stats_at = pb_monotonic_ms();
+
+    while (!*stop) {
+        if (!c.conn && (st = connect_pg(&c, err)) != PB_OK) {
+            if (st == PB_FATAL)
+                break;
+            continue;
+        }
+        if (!c.src_up && (st = connect_source(&c, err)) != PB_OK) {
+            if (st == PB_FATAL)
+                break;
+            continue;
+        }
+        st = consume_batch(&c, err);
+        if (st == PB_TRANSIENT) {
+            log_warn(FAC, "postgresql: %s; reconnecting", err->msg);
+            drop_pg(&c);
+        } else if (st == PB_FATAL) {
+            break;
+        }
+        log_stats(&c, false);
+    }
+    if (st != PB_FATAL)
+        st = PB_OK;
+    log_stats(&c, true);
+    drop_pg(&c);
+    pb_source_free(c.src);
+    free(c.msgs);
+    free(c.verdicts);
+    free(c.held);
+    return st;
+}

@@ -1,0 +1,15 @@
+/* `postbox consume`: broker -> inbox + SQL handler, exactly once in effect. */
+#ifndef PB_CONSUME_CONSUME_H
+#define PB_CONSUME_CONSUME_H
+
+#include <signal.h>
+
+#include "common/err.h"
+#include "config/config.h"
+
+/* Runs until *stop (the batch in flight is committed and acknowledged first). Waits with
+ * backoff while PostgreSQL or the broker is unreachable. PB_FATAL for errors no retry fixes. */
+pb_status_t pb_consume_run(const pb_config_t *cfg, volatile sig_atomic_t *stop,
+                           pb_error_t *err) PB_MUSTCHECK;
+
+#endif

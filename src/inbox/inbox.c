@@ -1,0 +1,551 @@
+#include "inbox/inbox.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/backoff.h"
+#include "common/log.h"
+#include "store/pg.h"
+
+#define FAC "inbox"
+#define SAVEPOINT "pb_msg"
+
+/* Messages per pipeline sync: bounds what libpq and the server buffer while we are still
+ * sending (we read results only after the sync). */
+#define PIPELINE_CHUNK 256
+
+enum msg_state {
+    ST_NEW = 0, /* to be handled */
+    ST_NO_ID,   /* no message id: dead letter */
+    ST_DUP,     /* in the inbox already, or earlier in this batch */
+    ST_DONE,    /* handler ran */
+    ST_FAILED,  /* handler (or the inbox insert) failed: errors[i] */
+};
+
+static const char dups_sql[] =
+    "SELECT message_id FROM postbox.inbox WHERE consumer = $1 AND message_id = ANY($2::text[])";
+static const char insert_sql[] =
+    "INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
+    "VALUES ($1, $2, $3, now())";
+static const char fail_sql[] =
+    "INSERT INTO postbox.inbox_failures AS f (consumer, message_id, attempts, last_error) "
+    "VALUES ($1, $2, 1, $3) ON CONFLICT (consumer, message_id) DO UPDATE "
+    "SET attempts = f.attempts + 1, last_error = EXCLUDED.last_error, last_failed_at = now() "
+    "RETURNING attempts";
+/* A dead message keeps an inbox row (processed_at NULL) so that a redelivery is acknowledged as
+ * a duplicate instead of failing all over again. */
+static const char dead_sql[] =
+    "WITH cleared AS (DELETE FROM postbox.inbox_failures WHERE consumer = $1 AND message_id = $2), "
+    "marked AS (INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
+    "           SELECT $1, $2, $3, NULL WHERE $2 IS NOT NULL ON CONFLICT DO NOTHING) "
+    "INSERT INTO postbox.inbox_dead (consumer, message_id, message_type, exchange, routing_key, "
+    "    headers, body, error, attempts) "
+    "VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::bytea, $8, $9::integer)";
+/* commit_inbox_first: the row is committed on its own before the handler runs */
+static const char claim_sql[] =
+    "INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
+    "VALUES ($1, $2, $3, NULL) ON CONFLICT DO NOTHING RETURNING 1";
+static const char done_sql[] =
+    "UPDATE postbox.inbox SET processed_at = now() WHERE consumer = $1 AND message_id = $2";
+static const char unclaim_sql[] =
+    "DELETE FROM postbox.inbox WHERE consumer = $1 AND message_id = $2";
+static const char clear_sql[] =
+    "DELETE FROM postbox.inbox_failures WHERE consumer = $1 AND message_id = ANY($2::text[])";
+
+static pb_status_t prepare(PGconn *conn, const char *name, const char *sql, int nparams,
+                           const Oid *types, const char *what, pb_error_t *err)
+{
+    PGresult *res = PQprepare(conn, name, sql, nparams, types);
+    pb_status_t st = pb_pg_check(conn, res, PGRES_COMMAND_OK, what, err);
+    if (st == PB_OK)
+        PQclear(res);
+    return st;
+}
+
+/* Handler statements take three text parameters, used or not: payload, headers, metadata. */
+static const Oid handler_param_types[3] = {25, 25, 25};
+
+pb_status_t pb_inbox_init(pb_inbox_t *ib, PGconn *conn, const pb_config_t *cfg, pb_error_t *err)
+{
+    memset(ib, 0, sizeof *ib);
+    ib->conn = conn;
+    ib->cfg = cfg;
+    pb_status_t st;
+    if ((st = prepare(conn, "pb_inbox_dups", dups_sql, 0, NULL, "prepare inbox lookup", err)) ||
+        (st = prepare(conn, "pb_inbox_insert", insert_sql, 0, NULL, "prepare inbox insert", err)) ||
+        (st = prepare(conn, "pb_inbox_fail", fail_sql, 0, NULL, "prepare inbox failure", err)) ||
+        (st = prepare(conn, "pb_inbox_dead", dead_sql, 0, NULL, "prepare inbox dead letter", err)) ||
+        (st = prepare(conn, "pb_inbox_clear", clear_sql, 0, NULL, "prepare inbox clear", err)) ||
+        (st = prepare(conn, "pb_inbox_claim", claim_sql, 0, NULL, "prepare inbox claim", err)) ||
+        (st = prepare(conn, "pb_inbox_done", done_sql, 0, NULL, "prepare inbox done", err)) ||
+        (st = prepare(conn, "pb_inbox_unclaim", unclaim_sql, 0, NULL, "prepare inbox unclaim", err)))
+        goto fail;
+    /* handlers: one per [handlers] entry, then the default (type NULL) */
+    ib->n_handlers = cfg->n_handlers + (*cfg->consume_handler ? 1 : 0);
+    ib->handler_types = pb_malloc((ib->n_handlers + 1) * sizeof *ib->handler_types);
+    for (size_t h = 0; h < ib->n_handlers; h++) {
+        bool dflt = h == cfg->n_handlers;
+        const char *sql = dflt ? cfg->consume_handler : cfg->handler_sql[h];
+        ib->handler_types[h] = dflt ? NULL : cfg->handler_types[h];
+        char name[32], what[300];
+        snprintf(name, sizeof name, "pb_handler_%zu", h);
+        snprintf(what, sizeof what, "handler for %s%s%s", dflt ? "" : "message type \"",
+                 dflt ? "other message types (consume.handler)" : cfg->handler_types[h],
+                 dflt ? "" : "\"");
+        if ((st = prepare(conn, name, sql, 3, handler_param_types, what, err)) != PB_OK)
+            goto fail;
+    }
+    return PB_OK;
+fail:
+    pb_inbox_free(ib);
+    return st;
+}
+
+void pb_inbox_free(pb_inbox_t *ib)
+{
+    free(ib->handler_types);
+    free(ib->handler_of);
+    free(ib->state);
+    free(ib->errors);
+    pb_buf_free(&ib->scratch);
+    memset(ib, 0, sizeof *ib);
+}
+
+static void reserve(pb_inbox_t *ib, size_t n)
+{
+    if (n <= ib->cap)
+        return;
+    ib->handler_of = pb_realloc(ib->handler_of, n * sizeof *ib->handler_of);
+    ib->state = pb_realloc(ib->state, n * sizeof *ib->state);
+    ib->errors = pb_realloc(ib->errors, n * sizeof *ib->errors);
+    ib->cap = n;
+}
+
+static int find_handler(const pb_inbox_t *ib, const char *type)
+{
+    for (size_t h = 0; h < ib->n_handlers; h++) {
+        const char *t = ib->handler_types[h];
+        if (!t || (type && strcmp(t, type) == 0))
+            return (int)h;
+    }
+    return -1;
+}
+
+static void clean_error(char *dst, size_t n, const char *prefix, const char *msg)
+{
+    snprintf(dst, n, "%s%s", prefix, msg && *msg ? msg : "unknown error");
+    for (char *p = dst; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    size_t len = strlen(dst);
+    while (len && dst[len - 1] == ' ')
+        dst[--len] = '\0';
+}
+
+/* Marks messages already in the inbox, and repeats within the batch, as duplicates. */
+static pb_status_t mark_duplicates(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
+                                   pb_error_t *err)
+{
+    pb_buf_t *b = &ib->scratch;
+    pb_buf_reset(b);
+    pb_buf_putc(b, '{');
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        if (ib->state[i] != ST_NEW)
+            continue;
+        for (size_t j = 0; j < i; j++) {
+            if (ib->state[j] == ST_NEW && strcmp(msgs[j].message_id, msgs[i].message_id) == 0) {
+                ib->state[i] = ST_DUP;
+                break;
+            }
+        }
+        if (ib->state[i] != ST_NEW)
+            continue;
+        if (any)
+            pb_buf_putc(b, ',');
+        pb_buf_append_array_text(b, msgs[i].message_id);
+        any = true;
+    }
+    pb_buf_putc(b, '}');
+    if (!any)
+        return PB_OK;
+    const char *params[2] = {ib->cfg->consume_consumer, b->data};
+    PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_dups", 2, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(ib->conn, res, PGRES_TUPLES_OK, "inbox lookup", err);
+    if (st != PB_OK)
+        return st;
+    for (int r = 0; r < PQntuples(res); r++) {
+        const char *id = PQgetvalue(res, r, 0);
+        for (size_t i = 0; i < n; i++)
+            if (ib->state[i] == ST_NEW && strcmp(msgs[i].message_id, id) == 0)
+                ib->state[i] = ST_DUP;
+    }
+    PQclear(res);
+    return PB_OK;
+}
+
+static void build_metadata(pb_inbox_t *ib, const pb_message_t *m)
+{
+    pb_buf_t *b = &ib->scratch;
+    pb_buf_reset(b);
+    pb_buf_puts(b, "{\"message_id\":");
+    pb_buf_append_json_string(b, m->message_id);
+    pb_buf_puts(b, ",\"type\":");
+    if (m->type)
+        pb_buf_append_json_string(b, m->type);
+    else
+        pb_buf_puts(b, "null");
+    pb_buf_puts(b, ",\"routing_key\":");
+    pb_buf_append_json_string(b, m->routing_key ? m->routing_key : "");
+    pb_buf_puts(b, ",\"exchange\":");
+    pb_buf_append_json_string(b, m->exchange ? m->exchange : "");
+    pb_buf_printf(b, ",\"redelivered\":%s,\"timestamp\":%lld,\"consumer\":",
+                  m->redelivered ? "true" : "false", (long long)m->timestamp);
+    pb_buf_append_json_string(b, ib->cfg->consume_consumer);
+    pb_buf_putc(b, '}');
+}
+
+static bool send_simple(PGconn *conn, const char *sql)
+{
+    return PQsendQueryParams(conn, sql, 0, NULL, NULL, NULL, NULL, 0) == 1;
+}
+
+/* Sends savepoint, inbox row, handler and release for message i. */
+static bool send_message(pb_inbox_t *ib, const pb_message_t *m, int handler)
+{
+    const char *consumer = ib->cfg->consume_consumer;
+    const char *ins[3] = {consumer, m->message_id, m->type};
+    char name[32];
+    snprintf(name, sizeof name, "pb_handler_%d", handler);
+    build_metadata(ib, m);
+    const char *hp[3] = {m->body, m->headers ? m->headers : "{}", ib->scratch.data};
+    return send_simple(ib->conn, "SAVEPOINT " SAVEPOINT) &&
+           PQsendQueryPrepared(ib->conn, "pb_inbox_insert", 3, ins, NULL, NULL, 0) == 1 &&
+           PQsendQueryPrepared(ib->conn, name, 3, hp, NULL, NULL, 0) == 1 &&
+           send_simple(ib->conn, "RELEASE SAVEPOINT " SAVEPOINT);
+}
+
+/* Runs the handlers of messages from *next on in pipelines. Returns at the first failure with
+ * *next just after the failed message (its savepoint rolled back), or with *next = n. */
+static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t n, size_t *next,
+                                pb_error_t *err)
+{
+    PGconn *conn = ib->conn;
+    size_t sent_idx[PIPELINE_CHUNK];
+    size_t n_sent = 0;
+    size_t i = *next;
+    if (PQenterPipelineMode(conn) != 1)
+        return pb_fail(err, PB_TRANSIENT, "cannot enter pipeline mode: %s", PQerrorMessage(conn));
+    for (; i < n && n_sent < PIPELINE_CHUNK; i++) {
+        if (ib->state[i] != ST_NEW)
+            continue;
+        if (!send_message(ib, &msgs[i], ib->handler_of[i])) {
+            PQexitPipelineMode(conn);
+            return pb_fail(err, PB_TRANSIENT, "send to postgresql: %s", PQerrorMessage(conn));
+        }
+        sent_idx[n_sent++] = i;
+    }
+    size_t resume = i;
+    if (PQpipelineSync(conn) != 1)
+        return pb_fail(err, PB_TRANSIENT, "send to postgresql: %s", PQerrorMessage(conn));
+
+    /* 4 results per message, then the sync */
+    ssize_t failed_at = -1;
+    for (size_t s = 0; s < n_sent; s++) {
+        size_t m = sent_idx[s];
+        for (int q = 0; q < 4; q++) {
+            PGresult *res = PQgetResult(conn);
+            if (!res)
+                return pb_fail(err, PB_TRANSIENT, "postgresql connection lost: %s",
+                               PQerrorMessage(conn));
+            ExecStatusType rs = PQresultStatus(res);
+            if (rs == PGRES_FATAL_ERROR && failed_at < 0) {
+                const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+                if (q == 1 && state && strcmp(state, "23505") == 0) {
+                    ib->state[m] = ST_DUP; /* another consumer committed it meanwhile */
+                } else {
+                    ib->state[m] = ST_FAILED;
+                    clean_error(ib->errors[m], sizeof ib->errors[m],
+                                q == 2 ? "handler failed: " : "inbox write failed: ",
+                                PQresultErrorMessage(res));
+                }
+                failed_at = (ssize_t)s;
+            } else if (rs != PGRES_COMMAND_OK && rs != PGRES_TUPLES_OK &&
+                       rs != PGRES_PIPELINE_ABORTED && rs != PGRES_FATAL_ERROR) {
+                PQclear(res);
+                return pb_fail(err, PB_TRANSIENT, "unexpected pipeline result %s",
+                               PQresStatus(rs));
+            }
+            PQclear(res);
+            res = PQgetResult(conn); /* the NULL that ends each query's results */
+            PQclear(res);
+        }
+        if (failed_at < 0 && ib->state[m] == ST_NEW)
+            ib->state[m] = ST_DONE;
+    }
+    PGresult *sync = PQgetResult(conn);
+    bool synced = sync && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+    PQclear(sync);
+    if (!synced || PQexitPipelineMode(conn) != 1)
+        return pb_fail(err, PB_TRANSIENT, "pipeline did not end cleanly: %s", PQerrorMessage(conn));
+
+    if (failed_at >= 0) {
+        /* the failed message's savepoint is still open: undo its work, keep the batch's */
+        pb_status_t st = pb_pg_exec(conn, "ROLLBACK TO SAVEPOINT " SAVEPOINT "; RELEASE SAVEPOINT " SAVEPOINT, err);
+        if (st != PB_OK)
+            return st;
+        /* messages after the failure were not run: resume right after it */
+        *next = sent_idx[failed_at] + 1;
+        for (size_t s = (size_t)failed_at + 1; s < n_sent; s++)
+            ib->state[sent_idx[s]] = ST_NEW;
+        return PB_OK;
+    }
+    *next = resume;
+    return PB_OK;
+}
+
+/* Records one failure; decides between redelivery later and the dead-letter table. */
+static pb_status_t settle_failure(pb_inbox_t *ib, const pb_message_t *m, int state, const char *error,
+                                  pb_inbox_verdict_t *v, pb_inbox_counts_t *counts, pb_error_t *err)
+{
+    const pb_config_t *cfg = ib->cfg;
+    int attempts = 0;
+    pb_status_t st;
+    if (state == ST_FAILED) {
+        const char *fp[3] = {cfg->consume_consumer, m->message_id, error};
+        PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_fail", 3, fp, NULL, NULL, 0);
+        if ((st = pb_pg_check(ib->conn, res, PGRES_TUPLES_OK, "record handler failure", err)) != PB_OK)
+            return st;
+        attempts = atoi(PQgetvalue(res, 0, 0));
+        PQclear(res);
+        counts->failed++;
+        if (attempts < cfg->consume_max_attempts) {
+            v->action = PB_INBOX_REQUEUE;
+            v->delay_ms = pb_backoff_ms(attempts, cfg->consume_backoff_base,
+                                        cfg->consume_backoff_cap, pb_random_unit());
+            log_warn(FAC, "message %s (%s) attempt %d failed, redelivery in %lld ms: %s",
+                     m->message_id, m->type ? m->type : "no type", attempts,
+                     (long long)v->delay_ms, error);
+            return PB_OK;
+        }
+    }
+    char attempts_text[16];
+    snprintf(attempts_text, sizeof attempts_text, "%d", attempts);
+    const char *dp[9] = {cfg->consume_consumer, m->message_id, m->type, m->exchange,
+                         m->routing_key, m->headers ? m->headers : "{}", m->body, error,
+                         attempts_text};
+    int lengths[9] = {0, 0, 0, 0, 0, 0, (int)m->body_len, 0, 0};
+    int formats[9] = {0, 0, 0, 0, 0, 0, 1, 0, 0};
+    PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_dead", 9, dp, lengths, formats, 0);
+    if ((st = pb_pg_check(ib->conn, res, PGRES_COMMAND_OK, "write inbox dead letter", err)) != PB_OK)
+        return st;
+    PQclear(res);
+    counts->dead++;
+    v->action = PB_INBOX_ACK;
+    log_warn(FAC, "message %s (%s) moved to inbox_dead after %d attempts: %s",
+             m->message_id ? m->message_id : "(no id)", m->type ? m->type : "no type", attempts,
+             error);
+    return PB_OK;
+}
+
+/* Clears the failure records of redelivered messages that have now been handled. */
+static pb_status_t clear_failures(pb_inbox_t *ib, const pb_message_t *msgs, size_t n, pb_error_t *err)
+{
+    pb_buf_t *b = &ib->scratch;
+    pb_buf_reset(b);
+    pb_buf_putc(b, '{');
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        if (ib->state[i] != ST_DONE || !msgs[i].redelivered)
+            continue;
+        if (any)
+            pb_buf_putc(b, ',');
+        pb_buf_append_array_text(b, msgs[i].message_id);
+        any = true;
+    }
+    pb_buf_putc(b, '}');
+    if (!any)
+        return PB_OK;
+    const char *params[2] = {ib->cfg->consume_consumer, b->data};
+    PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_clear", 2, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(ib->conn, res, PGRES_COMMAND_OK, "clear inbox failures", err);
+    if (st == PB_OK)
+        PQclear(res);
+    return st;
+}
+
+static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
+                                pb_inbox_verdict_t *verdicts, pb_inbox_counts_t *counts,
+                                pb_error_t *err)
+{
+    pb_status_t st;
+    for (size_t i = 0; i < n; i++) {
+        verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_ACK, 0};
+        ib->errors[i][0] = '\0';
+        ib->state[i] = msgs[i].message_id && *msgs[i].message_id ? ST_NEW : ST_NO_ID;
+        ib->handler_of[i] = find_handler(ib, msgs[i].type);
+    }
+    if ((st = mark_duplicates(ib, msgs, n, err)) != PB_OK)
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        if (ib->state[i] == ST_NEW && ib->handler_of[i] < 0) {
+            ib->state[i] = ST_FAILED;
+            snprintf(ib->errors[i], sizeof ib->errors[i],
+                     "no handler for message type \"%s\" (set [handlers] or consume.handler)",
+                     msgs[i].type ? msgs[i].type : "");
+        }
+    }
+    for (size_t next = 0; next < n;)
+        if ((st = run_pipeline(ib, msgs, n, &next, err)) != PB_OK)
+            return st;
+    for (size_t i = 0; i < n; i++) {
+        switch (ib->state[i]) {
+        case ST_DONE:
+            counts->processed++;
+            break;
+        case ST_DUP:
+            counts->duplicates++;
+            log_info(FAC, "duplicate message %s (%s) acknowledged without running the handler",
+                     msgs[i].message_id, msgs[i].type ? msgs[i].type : "no type");
+            break;
+        case ST_NO_ID: {
+            char why[160];
+            snprintf(why, sizeof why, "message has no id (%s is empty)",
+                     *ib->cfg->consume_message_id_header ? ib->cfg->consume_message_id_header
+                                                         : "the message_id property");
+            if ((st = settle_failure(ib, &msgs[i], ST_NO_ID, why, &verdicts[i], counts, err)))
+                return st;
+            break;
+        }
+        case ST_FAILED:
+            if ((st = settle_failure(ib, &msgs[i], ST_FAILED, ib->errors[i], &verdicts[i], counts,
+                                     err)) != PB_OK)
+                return st;
+            break;
+        default:
+            break;
+        }
+    }
+    return clear_failures(ib, msgs, n, err);
+}
+
+/* Runs a statement whose parameters are (consumer, message_id[, message_type]), nparams of
+ * them; *rows receives the row count. */
+static pb_status_t exec_msg(pb_inbox_t *ib, const char *stmt, int nparams, const pb_message_t *m,
+                            ExecStatusType expected, int *rows, pb_error_t *err)
+{
+    const char *p[3] = {ib->cfg->consume_consumer, m->message_id, m->type};
+    PGresult *res = PQexecPrepared(ib->conn, stmt, nparams, p, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(ib->conn, res, expected, stmt, err);
+    if (st != PB_OK)
+        return st;
+    if (rows)
+        *rows = expected == PGRES_TUPLES_OK ? PQntuples(res) : atoi(PQcmdTuples(res));
+    PQclear(res);
+    return PB_OK;
+}
+
+/* Runs the handler of m in its own transaction, marking the inbox row done with it. */
+static pb_status_t run_handler_alone(pb_inbox_t *ib, const pb_message_t *m, int handler,
+                                     bool *ok, pb_error_t *err)
+{
+    pb_status_t st = pb_pg_exec(ib->conn, "BEGIN", err);
+    if (st != PB_OK)
+        return st;
+    char name[32];
+    snprintf(name, sizeof name, "pb_handler_%d", handler);
+    build_metadata(ib, m);
+    const char *hp[3] = {m->body, m->headers ? m->headers : "{}", ib->scratch.data};
+    PGresult *res = PQexecPrepared(ib->conn, name, 3, hp, NULL, NULL, 0);
+    ExecStatusType rs = PQresultStatus(res);
+    *ok = rs == PGRES_COMMAND_OK || rs == PGRES_TUPLES_OK;
+    if (!*ok) {
+        clean_error(ib->errors[0], sizeof ib->errors[0], "handler failed: ", PQresultErrorMessage(res));
+        PQclear(res);
+        if (PQstatus(ib->conn) != CONNECTION_OK)
+            return pb_fail(err, PB_TRANSIENT, "postgresql connection lost during the handler");
+        return pb_pg_exec(ib->conn, "ROLLBACK", err);
+    }
+    PQclear(res);
+    if ((st = exec_msg(ib, "pb_inbox_done", 2, m, PGRES_COMMAND_OK, NULL, err)) != PB_OK)
+        return st;
+    return pb_pg_exec(ib->conn, "COMMIT", err);
+}
+
+/* commit_inbox_first: for handlers with effects outside the database. Each message: commit the
+ * inbox row, then run the handler in its own transaction. A crash in between leaves the row, so
+ * the redelivery is taken as a duplicate: the handler runs at most once, never twice. A handler
+ * that reports a failure gives its row back so that the retry can run. */
+static pb_status_t handle_commit_first(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
+                                       pb_inbox_verdict_t *verdicts, pb_inbox_counts_t *counts,
+                                       pb_error_t *err)
+{
+    pb_status_t st;
+    for (size_t i = 0; i < n; i++) {
+        const pb_message_t *m = &msgs[i];
+        verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_ACK, 0};
+        if (!m->message_id || !*m->message_id) {
+            if ((st = pb_pg_exec(ib->conn, "BEGIN", err)) != PB_OK ||
+                (st = settle_failure(ib, m, ST_NO_ID, "message has no id", &verdicts[i], counts,
+                                     err)) != PB_OK ||
+                (st = pb_pg_exec(ib->conn, "COMMIT", err)) != PB_OK)
+                return st;
+            continue;
+        }
+        int fresh = 0;
+        if ((st = exec_msg(ib, "pb_inbox_claim", 3, m, PGRES_TUPLES_OK, &fresh, err)) != PB_OK)
+            return st;
+        if (!fresh) {
+            counts->duplicates++;
+            log_info(FAC, "duplicate message %s acknowledged without running the handler",
+                     m->message_id);
+            continue;
+        }
+        int handler = find_handler(ib, m->type);
+        bool ok = false;
+        if (handler < 0)
+            snprintf(ib->errors[0], sizeof ib->errors[0], "no handler for message type \"%s\"",
+                     m->type ? m->type : "");
+        else if ((st = run_handler_alone(ib, m, handler, &ok, err)) != PB_OK)
+            return st;
+        if (ok) {
+            counts->processed++;
+            continue;
+        }
+        if ((st = pb_pg_exec(ib->conn, "BEGIN", err)) != PB_OK ||
+            (st = exec_msg(ib, "pb_inbox_unclaim", 2, m, PGRES_COMMAND_OK, NULL, err)) != PB_OK ||
+            (st = settle_failure(ib, m, ST_FAILED, ib->errors[0], &verdicts[i], counts, err)) != PB_OK ||
+            (st = pb_pg_exec(ib->conn, "COMMIT", err)) != PB_OK)
+            return st;
+    }
+    return PB_OK;
+}
+
+pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
+                            pb_inbox_verdict_t *verdicts, pb_inbox_counts_t *counts,
+                            pb_error_t *err)
+{
+    if (n == 0)
+        return PB_OK;
+    reserve(ib, n);
+    if (ib->cfg->consume_commit_inbox_first)
+        return handle_commit_first(ib, msgs, n, verdicts, counts, err);
+    pb_inbox_counts_t local = {0};
+    pb_status_t st = pb_pg_exec(ib->conn, "BEGIN", err);
+    if (st != PB_OK)
+        return st;
+    st = handle_in_tx(ib, msgs, n, verdicts, &local, err);
+    if (st == PB_OK)
+        st = pb_pg_exec(ib->conn, "COMMIT", err);
+    if (st != PB_OK) {
+        if (PQstatus(ib->conn) == CONNECTION_OK)
+            PQclear(PQexec(ib->conn, "ROLLBACK"));
+        return st;
+    }
+    counts->processed += local.processed;
+    counts->duplicates += local.duplicates;
+    counts->failed += local.failed;
+    counts->dead += local.dead;
+    return PB_OK;
+}

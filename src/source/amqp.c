@@ -1,0 +1,727 @@
+/* RabbitMQ source (rabbitmq-c 0.11): one connection, channel 1, one consumer with manual acks.
+ *
+ * Deliveries are read frame by frame with amqp_simple_wait_frame_noblock (not
+ * amqp_consume_message), so that channel.close, connection.close and protocol surprises are
+ * handled in one place, as the sink does. A receive call never returns in the middle of a
+ * message: once basic.deliver is read, its content header and body frames are read to the end
+ * (bounded by amqp.confirm_timeout), so no half-assembled message is carried between calls.
+ *
+ * Memory: the strings handed out in pb_message_t live in `arena`, an amqp_pool_t recycled at the
+ * start of each receive (pages are kept, so a steady stream allocates nothing). rabbitmq-c
+ * decodes every frame into its per-channel pool; those pools are released with
+ * amqp_maybe_release_buffers at the end of each receive, when everything needed has been copied
+ * (the library skips the release while a frame is half read or frames are queued).
+ *
+ * @thread loop: the consumer's thread only (a rabbitmq-c connection is not thread-safe). */
+#include "source/source.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <amqp.h>
+#include <amqp_framing.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/str.h"
+#include "sink/amqp_url.h"
+#include "source/amqp_headers.h"
+
+#define FAC "source.amqp"
+#define CHANNEL 1
+#define SHORTSTR_MAX 255
+#define ARENA_PAGE 65536
+/* RabbitMQ refuses messages above 512 MiB (max_message_size); a larger body_size is garbage. */
+#define BODY_MAX ((uint64_t)1 << 30)
+#define EMPTY_HEADERS "{}"
+/* pb_message_t.tag = connection epoch << TAG_EPOCH_SHIFT | AMQP delivery tag, so that a tag kept
+ * across a reconnect is refused instead of acknowledging another message: delivery tags restart
+ * at 1 on every channel and 2^48 deliveries on one channel will not happen. */
+#define TAG_EPOCH_SHIFT 48
+#define TAG_DELIVERY_MASK (((uint64_t)1 << TAG_EPOCH_SHIFT) - 1)
+#define TAG_EPOCH_MASK 0xffffu
+
+typedef struct amqp_source {
+    pb_source_t base; /* first: the consumer holds a pb_source_t * */
+    pb_amqp_url_t url;
+    char where[300]; /* host:port for messages; never the password */
+    int heartbeat_s;
+    char **bindings; /* trimmed binding keys */
+    size_t nbindings;
+    amqp_connection_state_t conn; /* NULL while disconnected */
+    bool channel_open;
+    uint64_t last_tag; /* highest delivery tag received on this channel (0 after connect) */
+    uint64_t epoch;    /* counts connects (mod 2^16), in the upper bits of pb_message_t.tag */
+    amqp_pool_t arena; /* strings of the current batch */
+    pb_buf_t scratch;  /* headers JSON of the message being read */
+} amqp_source_t;
+
+static const pb_source_ops_t amqp_source_ops;
+
+static struct timeval ms_to_tv(int64_t ms)
+{
+    if (ms < 0)
+        ms = 0;
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    return tv;
+}
+
+static const char *bytes_text(amqp_bytes_t b, char *buf, size_t n)
+{
+    size_t len = b.len < n - 1 ? b.len : n - 1;
+    if (len)
+        memcpy(buf, b.bytes, len);
+    buf[len] = '\0';
+    return buf;
+}
+
+static amqp_bytes_t cbytes(const char *s)
+{
+    amqp_bytes_t b = {.len = strlen(s), .bytes = (void *)(uintptr_t)s}; /* rabbitmq-c only reads */
+    return b;
+}
+
+/* A NUL-terminated copy of p[0..len) in the batch arena. */
+static char *arena_copy(amqp_source_t *s, const void *p, size_t len)
+{
+    char *d = amqp_pool_alloc(&s->arena, len + 1);
+    if (!d) {
+        fputs("postbox: out of memory\n", stderr);
+        abort();
+    }
+    if (len)
+        memcpy(d, p, len);
+    d[len] = '\0';
+    return d;
+}
+
+/* ---- connection state ----------------------------------------------------------------------- */
+
+static void drop_connection(amqp_source_t *s)
+{
+    if (s->conn)
+        amqp_destroy_connection(s->conn);
+    s->conn = NULL;
+    s->channel_open = false;
+}
+
+/* channel.close + connection.close, each bounded by the rpc timeout set in pb_amqp_open. Frames
+ * that arrive meanwhile (deliveries in flight) are queued by rabbitmq-c and dropped with the
+ * connection; the broker requeues every unacknowledged message. */
+static void close_politely(amqp_source_t *s)
+{
+    if (!s->conn)
+        return;
+    if (s->channel_open)
+        (void)amqp_channel_close(s->conn, CHANNEL, AMQP_REPLY_SUCCESS);
+    (void)amqp_connection_close(s->conn, AMQP_REPLY_SUCCESS);
+    drop_connection(s);
+}
+
+/* After a failed RPC on CHANNEL: describes it in buf and answers a close from the broker. Returns
+ * the reply code of a channel close (the connection stays usable), else 0 with the connection
+ * dropped. */
+static unsigned rpc_failed(amqp_source_t *s, const char *what, char *buf, size_t n)
+{
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(s->conn);
+    pb_amqp_reply_error(r, what, buf, n);
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.decoded) {
+        if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+            unsigned code = ((const amqp_channel_close_t *)r.reply.decoded)->reply_code;
+            amqp_channel_close_ok_t ok = {0};
+            s->channel_open = false;
+            if (amqp_send_method(s->conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) ==
+                AMQP_STATUS_OK)
+                return code;
+        } else if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+            amqp_connection_close_ok_t ok = {0};
+            (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+        }
+    }
+    drop_connection(s);
+    return 0;
+}
+
+/* The connection is unusable: drops it and returns PB_TRANSIENT. */
+static pb_status_t lost(amqp_source_t *s, pb_error_t *err, const char *fmt, ...) PB_PRINTF(3, 4);
+static pb_status_t lost(amqp_source_t *s, pb_error_t *err, const char *fmt, ...)
+{
+    char reason[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    drop_connection(s);
+    log_warn(FAC, "rabbitmq at %s: %s (unacknowledged messages will be redelivered)", s->where,
+             reason);
+    return pb_fail(err, PB_TRANSIENT, "rabbitmq at %s: %s", s->where, reason);
+}
+
+/* ---- connect -------------------------------------------------------------------------------- */
+
+static pb_status_t declare_exchange(amqp_source_t *s, pb_error_t *err)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    const char *ex = cfg->amqp_exchange;
+    if (amqp_exchange_declare(s->conn, CHANNEL, cbytes(ex), cbytes(cfg->amqp_exchange_type), 0, 1,
+                              0, 0, amqp_empty_table))
+        return PB_OK;
+    char buf[320];
+    unsigned code = rpc_failed(s, "declare exchange", buf, sizeof buf);
+    if (code == AMQP_PRECONDITION_FAILED)
+        return pb_fail(err, PB_FATAL,
+                       "exchange \"%s\" exists on vhost \"%s\" but is not a durable %s exchange: %s",
+                       ex, s->url.vhost, cfg->amqp_exchange_type, buf);
+    if (code == AMQP_ACCESS_REFUSED)
+        return pb_fail(err, PB_FATAL, "user \"%s\" may not declare exchange \"%s\" on vhost \"%s\": %s",
+                       s->url.user, ex, s->url.vhost, buf);
+    return pb_fail(err, PB_TRANSIENT, "%s", buf);
+}
+
+static amqp_table_entry_t str_arg(const char *key, const char *value)
+{
+    amqp_table_entry_t e = {.key = cbytes(key)};
+    e.value.kind = AMQP_FIELD_KIND_UTF8;
+    e.value.value.bytes = cbytes(value);
+    return e;
+}
+
+static amqp_table_entry_t long_arg(const char *key, int64_t value)
+{
+    amqp_table_entry_t e = {.key = cbytes(key)};
+    e.value.kind = AMQP_FIELD_KIND_I64;
+    e.value.value.i64 = value;
+    return e;
+}
+
+static pb_status_t declare_queue(amqp_source_t *s, pb_error_t *err)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    const char *q = cfg->amqp_queue;
+    bool declare = cfg->amqp_queue_declare;
+    amqp_table_entry_t args[4];
+    int nargs = 0;
+    if (declare) {
+        args[nargs++] = str_arg("x-queue-type", cfg->amqp_queue_type);
+        if (cfg->amqp_queue_max_length > 0)
+            args[nargs++] = long_arg("x-max-length", cfg->amqp_queue_max_length);
+        if (cfg->amqp_queue_message_ttl > 0)
+            args[nargs++] = long_arg("x-message-ttl", cfg->amqp_queue_message_ttl);
+        if (*cfg->amqp_queue_dead_letter_exchange)
+            args[nargs++] = str_arg("x-dead-letter-exchange", cfg->amqp_queue_dead_letter_exchange);
+    }
+    amqp_table_t table = {.num_entries = nargs, .entries = args};
+    amqp_queue_declare_ok_t *ok = amqp_queue_declare(s->conn, CHANNEL, cbytes(q), !declare,
+                                                     declare, 0, 0, table);
+    if (ok) {
+        log_debug(FAC, "queue \"%s\" %s: %u messages ready, %u consumers", q,
+                  declare ? "declared" : "exists", (unsigned)ok->message_count,
+                  (unsigned)ok->consumer_count);
+        return PB_OK;
+    }
+    char buf[320];
+    unsigned code = rpc_failed(s, declare ? "declare queue" : "check queue", buf, sizeof buf);
+    if (code == AMQP_NOT_FOUND && !declare)
+        return pb_fail(err, PB_FATAL,
+                       "queue \"%s\" does not exist on vhost \"%s\" (create it, or set "
+                       "amqp.queue_declare = true)", q, s->url.vhost);
+    if (code == AMQP_PRECONDITION_FAILED)
+        return pb_fail(err, PB_FATAL,
+                       "queue \"%s\" exists on vhost \"%s\" with other arguments than "
+                       "amqp.queue_type/queue_max_length/queue_message_ttl/"
+                       "queue_dead_letter_exchange ask for: %s", q, s->url.vhost, buf);
+    if (code == AMQP_ACCESS_REFUSED)
+        return pb_fail(err, PB_FATAL, "user \"%s\" may not use queue \"%s\" on vhost \"%s\": %s",
+                       s->url.user, q, s->url.vhost, buf);
+    /* 405 RESOURCE_LOCKED: exclusive to another connection, which may go away */
+    return pb_fail(err, PB_TRANSIENT, "%s", buf);
+}
+
+static pb_status_t bind_queue(amqp_source_t *s, pb_error_t *err)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    for (size_t i = 0; i < s->nbindings; i++) {
+        const char *key = s->bindings[i];
+        if (amqp_queue_bind(s->conn, CHANNEL, cbytes(cfg->amqp_queue), cbytes(cfg->amqp_exchange),
+                            cbytes(key), amqp_empty_table))
+            continue;
+        char buf[320];
+        unsigned code = rpc_failed(s, "bind queue", buf, sizeof buf);
+        if (code == AMQP_NOT_FOUND)
+            return pb_fail(err, PB_FATAL,
+                           "cannot bind queue \"%s\" to exchange \"%s\" on vhost \"%s\": the "
+                           "exchange does not exist (create it, or set amqp.declare_exchange = "
+                           "true): %s", cfg->amqp_queue, cfg->amqp_exchange, s->url.vhost, buf);
+        if (code == AMQP_ACCESS_REFUSED)
+            return pb_fail(err, PB_FATAL,
+                           "user \"%s\" may not bind queue \"%s\" to exchange \"%s\" on vhost "
+                           "\"%s\": %s", s->url.user, cfg->amqp_queue, cfg->amqp_exchange,
+                           s->url.vhost, buf);
+        return pb_fail(err, PB_TRANSIENT, "%s", buf);
+    }
+    return PB_OK;
+}
+
+static pb_status_t start_consuming(amqp_source_t *s, pb_error_t *err)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    char buf[320];
+    if (!amqp_basic_qos(s->conn, CHANNEL, 0, (uint16_t)cfg->amqp_prefetch, 0)) {
+        rpc_failed(s, "set prefetch", buf, sizeof buf);
+        return pb_fail(err, PB_TRANSIENT, "%s", buf);
+    }
+    amqp_basic_consume_ok_t *ok = amqp_basic_consume(s->conn, CHANNEL, cbytes(cfg->amqp_queue),
+                                                     amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
+    if (ok) {
+        log_debug(FAC, "consumer tag %.*s", (int)ok->consumer_tag.len,
+                  (const char *)ok->consumer_tag.bytes);
+        return PB_OK;
+    }
+    unsigned code = rpc_failed(s, "consume", buf, sizeof buf);
+    if (code == AMQP_ACCESS_REFUSED)
+        return pb_fail(err, PB_FATAL, "user \"%s\" may not consume from queue \"%s\": %s",
+                       s->url.user, cfg->amqp_queue, buf);
+    return pb_fail(err, PB_TRANSIENT, "%s", buf);
+}
+
+static pb_status_t setup_channel(amqp_source_t *s, pb_error_t *err)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    char buf[320];
+    if (!amqp_channel_open(s->conn, CHANNEL)) {
+        rpc_failed(s, "open channel", buf, sizeof buf);
+        return pb_fail(err, PB_TRANSIENT, "%s", buf);
+    }
+    s->channel_open = true;
+    s->last_tag = 0;
+    s->epoch = (s->epoch + 1) & TAG_EPOCH_MASK;
+    pb_status_t st;
+    bool bind = cfg->amqp_queue_declare && s->nbindings > 0;
+    if (bind && cfg->amqp_declare_exchange && (st = declare_exchange(s, err)) != PB_OK)
+        return st;
+    if ((st = declare_queue(s, err)) != PB_OK)
+        return st;
+    if (bind && (st = bind_queue(s, err)) != PB_OK)
+        return st;
+    return start_consuming(s, err);
+}
+
+static pb_status_t src_connect(pb_source_t *src, pb_error_t *err)
+{
+    amqp_source_t *s = (amqp_source_t *)src;
+    const pb_config_t *cfg = src->cfg;
+    close_politely(s);
+    recycle_amqp_pool(&s->arena); /* the contract: strings die with a reconnect */
+    pb_status_t st = pb_amqp_open(&s->url, cfg, s->heartbeat_s, &s->conn, err);
+    if (st != PB_OK)
+        return st;
+    st = setup_channel(s, err);
+    if (st != PB_OK) {
+        close_politely(s);
+        return st;
+    }
+    log_info(FAC, "consuming queue \"%s\" on rabbitmq at %s vhost=\"%s\" user=\"%s\" prefetch=%lld "
+                  "heartbeat=%ds frame_max=%d", cfg->amqp_queue, s->where, s->url.vhost,
+             s->url.user, (long long)cfg->amqp_prefetch, amqp_get_heartbeat(s->conn),
+             amqp_get_frame_max(s->conn));
+    return PB_OK;
+}
+
+/* ---- receive -------------------------------------------------------------------------------- */
+
+static int wait_frame(amqp_source_t *s, amqp_frame_t *f, int64_t deadline_ms)
+{
+    struct timeval tv = ms_to_tv(deadline_ms - pb_monotonic_ms());
+    return amqp_simple_wait_frame_noblock(s->conn, f, &tv);
+}
+
+static pb_status_t on_channel_close(amqp_source_t *s, const amqp_channel_close_t *c,
+                                    pb_error_t *err)
+{
+    char text[200];
+    unsigned code = c->reply_code;
+    bytes_text(c->reply_text, text, sizeof text);
+    amqp_channel_close_ok_t ok = {0};
+    s->channel_open = false;
+    if (amqp_send_method(s->conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) == AMQP_STATUS_OK)
+        close_politely(s); /* the connection is healthy: say goodbye; connect() starts afresh */
+    return lost(s, err, "channel closed by rabbitmq: %u %s", code, text);
+}
+
+static pb_status_t on_connection_close(amqp_source_t *s, const amqp_connection_close_t *c,
+                                       pb_error_t *err)
+{
+    char text[200];
+    unsigned code = c->reply_code;
+    bytes_text(c->reply_text, text, sizeof text);
+    amqp_connection_close_ok_t ok = {0};
+    (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok); /* courtesy */
+    return lost(s, err, "connection closed by rabbitmq: %u %s", code, text);
+}
+
+/* A method frame that is not a delivery: closes are handled, anything else is logged. */
+static pb_status_t on_other_method(amqp_source_t *s, const amqp_frame_t *f, pb_error_t *err)
+{
+    const amqp_method_t *m = &f->payload.method;
+    if (f->channel == 0 && m->id == AMQP_CONNECTION_CLOSE_METHOD)
+        return on_connection_close(s, m->decoded, err);
+    if (f->channel == CHANNEL && m->id == AMQP_CHANNEL_CLOSE_METHOD)
+        return on_channel_close(s, m->decoded, err);
+    if (f->channel == CHANNEL && m->id == AMQP_BASIC_CANCEL_METHOD) {
+        /* the queue was deleted (sent only to clients announcing consumer_cancel_notify) */
+        close_politely(s);
+        return lost(s, err, "rabbitmq cancelled the consumer of queue \"%s\" (queue deleted?)",
+                    s->base.cfg->amqp_queue);
+    }
+    log_debug(FAC, "ignoring method 0x%08x on channel %d", (unsigned)m->id, f->channel);
+    return PB_OK;
+}
+
+/* Fills m from the content header properties. */
+static void take_properties(amqp_source_t *s, const amqp_basic_properties_t *p, pb_message_t *m)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    const amqp_table_t *headers =
+        p && (p->_flags & AMQP_BASIC_HEADERS_FLAG) && p->headers.num_entries > 0 ? &p->headers
+                                                                                  : NULL;
+    char num[24];
+    const char *txt;
+    size_t len;
+
+    m->message_id = NULL;
+    if (*cfg->consume_message_id_header) {
+        if (pb_amqp_field_text(pb_amqp_table_find(headers, cfg->consume_message_id_header), true,
+                               num, sizeof num, &txt, &len))
+            m->message_id = arena_copy(s, txt, len);
+    } else if (p && (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) && p->message_id.len > 0 &&
+               !memchr(p->message_id.bytes, '\0', p->message_id.len)) {
+        m->message_id = arena_copy(s, p->message_id.bytes, p->message_id.len);
+    }
+
+    m->type = NULL;
+    if (p && (p->_flags & AMQP_BASIC_TYPE_FLAG) && p->type.len > 0 &&
+        !memchr(p->type.bytes, '\0', p->type.len))
+        m->type = arena_copy(s, p->type.bytes, p->type.len);
+    else if (pb_amqp_field_text(pb_amqp_table_find(headers, "event_type"), false, num, sizeof num,
+                                &txt, &len))
+        m->type = arena_copy(s, txt, len);
+
+    m->timestamp = 0;
+    if (p && (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG))
+        m->timestamp = p->timestamp > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)p->timestamp;
+
+    if (headers) {
+        pb_amqp_headers_json(headers, &s->scratch);
+        m->headers = arena_copy(s, s->scratch.data, s->scratch.len);
+    } else {
+        m->headers = EMPTY_HEADERS;
+    }
+}
+
+/* Reads the content header and body frames of the delivery d into m. They follow basic.deliver
+ * on CHANNEL without gaps (frames of other channels may interleave); amqp.confirm_timeout bounds
+ * the wait, as for any RPC. */
+static pb_status_t read_delivery(amqp_source_t *s, const amqp_basic_deliver_t *d, pb_message_t *m,
+                                 pb_error_t *err)
+{
+    memset(m, 0, sizeof *m);
+    m->tag = s->epoch << TAG_EPOCH_SHIFT | (d->delivery_tag & TAG_DELIVERY_MASK);
+    m->redelivered = d->redelivered != 0;
+    m->exchange = arena_copy(s, d->exchange.bytes, d->exchange.len);
+    m->routing_key = arena_copy(s, d->routing_key.bytes, d->routing_key.len);
+    if (d->delivery_tag > s->last_tag)
+        s->last_tag = d->delivery_tag;
+
+    int64_t deadline = pb_monotonic_ms() + s->base.cfg->amqp_confirm_timeout;
+    amqp_frame_t f;
+    uint64_t body_size = 0;
+    for (;;) { /* the content header */
+        int rc = wait_frame(s, &f, deadline);
+        if (rc != AMQP_STATUS_OK)
+            return lost(s, err, "reading delivery %llu: %s", (unsigned long long)d->delivery_tag,
+                        amqp_error_string2(rc));
+        if (f.channel == CHANNEL && f.frame_type == AMQP_FRAME_HEADER)
+            break;
+        if (f.frame_type == AMQP_FRAME_METHOD) {
+            if (f.channel == CHANNEL && f.payload.method.id != AMQP_CHANNEL_CLOSE_METHOD)
+                return lost(s, err, "protocol error: method 0x%08x instead of the content header "
+                                    "of delivery %llu", (unsigned)f.payload.method.id,
+                            (unsigned long long)d->delivery_tag);
+            pb_status_t st = on_other_method(s, &f, err);
+            if (st != PB_OK)
+                return st;
+            continue;
+        }
+        if (f.channel == CHANNEL)
+            return lost(s, err, "protocol error: frame type %d instead of the content header of "
+                                "delivery %llu", f.frame_type, (unsigned long long)d->delivery_tag);
+    }
+    body_size = f.payload.properties.body_size;
+    if (body_size > BODY_MAX)
+        return lost(s, err, "protocol error: delivery %llu announces a body of %llu bytes",
+                    (unsigned long long)d->delivery_tag, (unsigned long long)body_size);
+    take_properties(s, f.payload.properties.decoded, m);
+
+    char *body = amqp_pool_alloc(&s->arena, (size_t)body_size + 1);
+    if (!body) {
+        fputs("postbox: out of memory\n", stderr);
+        abort();
+    }
+    size_t got = 0;
+    while (got < body_size) {
+        int rc = wait_frame(s, &f, deadline);
+        if (rc != AMQP_STATUS_OK)
+            return lost(s, err, "reading the body of delivery %llu (%zu of %llu bytes): %s",
+                        (unsigned long long)d->delivery_tag, got, (unsigned long long)body_size,
+                        amqp_error_string2(rc));
+        if (f.channel == CHANNEL && f.frame_type == AMQP_FRAME_BODY) {
+            size_t len = f.payload.body_fragment.len;
+            if (len > body_size - got)
+                return lost(s, err, "protocol error: body of delivery %llu longer than the %llu "
+                                    "bytes announced", (unsigned long long)d->delivery_tag,
+                            (unsigned long long)body_size);
+            memcpy(body + got, f.payload.body_fragment.bytes, len);
+            got += len;
+            continue;
+        }
+        if (f.frame_type == AMQP_FRAME_METHOD && f.channel != CHANNEL) {
+            pb_status_t st = on_other_method(s, &f, err);
+            if (st != PB_OK)
+                return st;
+            continue;
+        }
+        if (f.frame_type == AMQP_FRAME_METHOD && f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD)
+            return on_channel_close(s, f.payload.method.decoded, err);
+        if (f.channel == CHANNEL)
+            return lost(s, err, "protocol error: frame type %d inside the body of delivery %llu",
+                        f.frame_type, (unsigned long long)d->delivery_tag);
+    }
+    body[got] = '\0';
+    m->body = body;
+    m->body_len = got;
+    return PB_OK;
+}
+
+static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max, int64_t wait_ms,
+                               int64_t batch_wait_ms, size_t *n, pb_error_t *err)
+{
+    amqp_source_t *s = (amqp_source_t *)src;
+    *n = 0;
+    recycle_amqp_pool(&s->arena); /* the previous batch's strings */
+    if (!s->conn || !s->channel_open)
+        return pb_fail(err, PB_TRANSIENT, "not connected to rabbitmq at %s", s->where);
+
+    size_t got = 0;
+    pb_status_t st = PB_OK;
+    int64_t deadline = pb_monotonic_ms() + (wait_ms > 0 ? wait_ms : 0);
+    while (got < max) {
+        amqp_frame_t f;
+        /* A passed deadline still polls once: frames already buffered (or readable at once) are
+         * taken without sleeping; the wait ends at the first AMQP_STATUS_TIMEOUT. */
+        int rc = wait_frame(s, &f, deadline);
+        if (rc == AMQP_STATUS_TIMEOUT)
+            break;
+        if (rc != AMQP_STATUS_OK) {
+            st = lost(s, err, "connection lost: %s", amqp_error_string2(rc));
+            break;
+        }
+        if (f.frame_type != AMQP_FRAME_METHOD) {
+            if (f.channel == CHANNEL) {
+                st = lost(s, err, "protocol error: content frame of type %d without basic.deliver",
+                          f.frame_type);
+                break;
+            }
+            continue;
+        }
+        if (f.channel != CHANNEL || f.payload.method.id != AMQP_BASIC_DELIVER_METHOD) {
+            st = on_other_method(s, &f, err);
+            if (st != PB_OK)
+                break;
+            continue;
+        }
+        st = read_delivery(s, f.payload.method.decoded, &msgs[got], err);
+        if (st != PB_OK)
+            break;
+        if (got++ == 0) /* batch_wait counts from the first message */
+            deadline = pb_monotonic_ms() + (batch_wait_ms > 0 ? batch_wait_ms : 0);
+    }
+    if (st != PB_OK) {
+        /* the channel is gone, and with it the delivery tags: nothing of this batch can be
+         * acknowledged, the broker redelivers all of it */
+        recycle_amqp_pool(&s->arena);
+        return st;
+    }
+    *n = got;
+    amqp_maybe_release_buffers(s->conn); /* everything handed out was copied into the arena */
+    return PB_OK;
+}
+
+/* ---- ack / requeue -------------------------------------------------------------------------- */
+
+/* Turns a pb_message_t tag into the delivery tag of the current channel. A tag from before a
+ * reconnect is refused: the broker would close the channel (406 unknown delivery tag) or, worse,
+ * acknowledge a different message; its message is redelivered anyway. */
+static pb_status_t check_tag(amqp_source_t *s, uint64_t tag, const char *what, uint64_t *delivery,
+                             pb_error_t *err)
+{
+    *delivery = tag & TAG_DELIVERY_MASK;
+    if (!s->conn || !s->channel_open)
+        return pb_fail(err, PB_TRANSIENT, "cannot %s delivery %llu: not connected to rabbitmq at %s",
+                       what, (unsigned long long)*delivery, s->where);
+    if (tag >> TAG_EPOCH_SHIFT != s->epoch || *delivery == 0 || *delivery > s->last_tag)
+        return pb_fail(err, PB_TRANSIENT, "cannot %s delivery %llu: not delivered on the current "
+                                          "connection (reconnected since?)", what,
+                       (unsigned long long)*delivery);
+    return PB_OK;
+}
+
+static pb_status_t src_ack(pb_source_t *src, uint64_t tag, bool multiple, pb_error_t *err)
+{
+    amqp_source_t *s = (amqp_source_t *)src;
+    uint64_t delivery;
+    pb_status_t st = check_tag(s, tag, "acknowledge", &delivery, err);
+    if (st != PB_OK)
+        return st;
+    int rc = amqp_basic_ack(s->conn, CHANNEL, delivery, multiple);
+    if (rc != AMQP_STATUS_OK)
+        return lost(s, err, "acknowledging delivery %llu: %s", (unsigned long long)delivery,
+                    amqp_error_string2(rc));
+    return PB_OK;
+}
+
+static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
+{
+    amqp_source_t *s = (amqp_source_t *)src;
+    uint64_t delivery;
+    pb_status_t st = check_tag(s, tag, "requeue", &delivery, err);
+    if (st != PB_OK)
+        return st;
+    int rc = amqp_basic_nack(s->conn, CHANNEL, delivery, 0, 1);
+    if (rc != AMQP_STATUS_OK)
+        return lost(s, err, "requeueing delivery %llu: %s", (unsigned long long)delivery,
+                    amqp_error_string2(rc));
+    return PB_OK;
+}
+
+/* ---- free / new ----------------------------------------------------------------------------- */
+
+static void free_bindings(amqp_source_t *s)
+{
+    for (size_t i = 0; i < s->nbindings; i++)
+        free(s->bindings[i]);
+    free(s->bindings);
+    s->bindings = NULL;
+    s->nbindings = 0;
+}
+
+static void src_free(pb_source_t *src)
+{
+    if (!src)
+        return;
+    amqp_source_t *s = (amqp_source_t *)src;
+    close_politely(s);
+    pb_amqp_url_free(&s->url);
+    free_bindings(s);
+    empty_amqp_pool(&s->arena);
+    pb_buf_free(&s->scratch);
+    free(s);
+}
+
+static const pb_source_ops_t amqp_source_ops = {
+    .name = "amqp",
+    .connect = src_connect,
+    .receive = src_receive,
+    .ack = src_ack,
+    .requeue = src_requeue,
+    .free = src_free,
+};
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* Splits amqp.bindings at commas into trimmed keys. "" (or only blanks) means no binding; an
+ * empty key between commas is an error (a lone "," is almost certainly a typo). */
+static pb_status_t parse_bindings(amqp_source_t *s, const char *list, pb_error_t *err)
+{
+    const char *p = list;
+    while (is_space(*p))
+        p++;
+    if (!*p)
+        return PB_OK;
+    size_t cap = 1;
+    for (const char *q = list; *q; q++)
+        cap += *q == ',';
+    s->bindings = pb_malloc(cap * sizeof *s->bindings);
+    for (;;) {
+        const char *end = p + strcspn(p, ",");
+        const char *a = p, *b = end;
+        while (a < b && is_space(*a))
+            a++;
+        while (b > a && is_space(b[-1]))
+            b--;
+        if (a == b)
+            return pb_fail(err, PB_FATAL, "amqp.bindings \"%s\": empty binding key between "
+                                          "commas", list);
+        if ((size_t)(b - a) > SHORTSTR_MAX)
+            return pb_fail(err, PB_FATAL, "amqp.bindings: binding key \"%.40s...\" is longer "
+                                          "than 255 bytes", a);
+        char *key = pb_malloc((size_t)(b - a) + 1);
+        memcpy(key, a, (size_t)(b - a));
+        key[b - a] = '\0';
+        s->bindings[s->nbindings++] = key;
+        if (!*end)
+            break;
+        p = end + 1;
+    }
+    return PB_OK;
+}
+
+pb_status_t pb_source_amqp_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err)
+{
+    *out = NULL;
+    if (!*cfg->amqp_queue)
+        return pb_fail(err, PB_FATAL, "amqp.queue is empty: name the queue to consume");
+    if (strlen(cfg->amqp_queue) > SHORTSTR_MAX)
+        return pb_fail(err, PB_FATAL, "amqp.queue is longer than 255 bytes");
+    if (strlen(cfg->amqp_exchange) > SHORTSTR_MAX)
+        return pb_fail(err, PB_FATAL, "amqp.exchange is longer than 255 bytes");
+    if (strlen(cfg->amqp_queue_dead_letter_exchange) > SHORTSTR_MAX)
+        return pb_fail(err, PB_FATAL, "amqp.queue_dead_letter_exchange is longer than 255 bytes");
+    if (strlen(cfg->consume_message_id_header) > SHORTSTR_MAX)
+        return pb_fail(err, PB_FATAL, "consume.message_id_header is longer than 255 bytes");
+    if (cfg->amqp_prefetch < 1 || cfg->amqp_prefetch > 65535)
+        return pb_fail(err, PB_FATAL, "amqp.prefetch must be from 1 to 65535");
+
+    amqp_source_t *s = pb_malloc(sizeof *s);
+    memset(s, 0, sizeof *s);
+    s->base.ops = &amqp_source_ops;
+    s->base.cfg = cfg;
+    pb_status_t st = parse_bindings(s, cfg->amqp_bindings, err);
+    if (st == PB_OK && s->nbindings > 0 && cfg->amqp_queue_declare && !*cfg->amqp_exchange)
+        st = pb_fail(err, PB_FATAL, "amqp.bindings needs amqp.exchange: the default exchange "
+                                    "cannot be bound (set amqp.bindings = \"\" to consume without "
+                                    "binding)");
+    if (st == PB_OK)
+        st = pb_amqp_url_parse(cfg->amqp_url, &s->url, err);
+    if (st != PB_OK) {
+        free_bindings(s);
+        free(s);
+        return st;
+    }
+    if (strchr(s->url.host, ':'))
+        snprintf(s->where, sizeof s->where, "[%s]:%d", s->url.host, s->url.port);
+    else
+        snprintf(s->where, sizeof s->where, "%s:%d", s->url.host, s->url.port);
+    /* whole seconds on the wire; never round a small nonzero interval down to "disabled" */
+    int64_t hb = cfg->amqp_heartbeat > 0 ? (cfg->amqp_heartbeat + 999) / 1000 : 0;
+    s->heartbeat_s = (int)(hb > 65535 ? 65535 : hb);
+    init_amqp_pool(&s->arena, ARENA_PAGE);
+    *out = &s->base;
+    return PB_OK;
+}

@@ -1,0 +1,73 @@
+/* The source interface: the consuming side of a broker (amqp.c, later nats, ...).
+ *
+ * The consumer owns the source and calls it from its one thread. A source hands out batches of
+ * messages and acknowledges them when told; it never decides about the database. */
+#ifndef PB_SOURCE_SOURCE_H
+#define PB_SOURCE_SOURCE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "config/config.h"
+
+/* One received message. Strings are NUL-terminated and owned by the source: valid until the
+ * next receive on it (or until it reconnects). */
+typedef struct pb_message {
+    uint64_t tag;            /* delivery tag: what ack/nack take */
+    const char *message_id;  /* message_id property or consume.message_id_header; NULL if none */
+    const char *type;        /* type property, else header "event_type"; NULL if none */
+    const char *routing_key;
+    const char *exchange;
+    const char *body;        /* the payload, NUL-terminated for convenience */
+    size_t body_len;
+    const char *headers;     /* JSON object text of the message headers ("{}" if none) */
+    bool redelivered;
+    int64_t timestamp;       /* timestamp property (unix seconds), 0 if none */
+} pb_message_t;
+
+typedef struct pb_source pb_source_t;
+
+typedef struct pb_source_ops {
+    const char *name; /* "amqp" */
+
+    /* Connects, declares/binds the queue when configured, sets the prefetch and starts
+     * consuming. PB_TRANSIENT when the broker cannot be reached, PB_FATAL for what a retry
+     * cannot fix (credentials, missing queue that is not to be declared, bad arguments). After
+     * a reconnect, messages that were not acknowledged are delivered again by the broker. */
+    pb_status_t (*connect)(pb_source_t *src, pb_error_t *err);
+
+    /* Receives up to max messages into msgs: waits up to wait_ms for the first one, then up to
+     * batch_wait_ms more for the rest (returns at once when max is reached). *n may be 0.
+     * PB_TRANSIENT when the connection was lost (messages not acked are redelivered later). */
+    pb_status_t (*receive)(pb_source_t *src, pb_message_t *msgs, size_t max, int64_t wait_ms,
+                           int64_t batch_wait_ms, size_t *n, pb_error_t *err);
+
+    /* Acknowledges tag (and with multiple every earlier unacknowledged tag). */
+    pb_status_t (*ack)(pb_source_t *src, uint64_t tag, bool multiple, pb_error_t *err);
+
+    /* Returns tag to the queue for redelivery (requeue) . */
+    pb_status_t (*requeue)(pb_source_t *src, uint64_t tag, pb_error_t *err);
+
+    /* Closes the connection (if any) and frees the source. Accepts NULL. */
+    void (*free)(pb_source_t *src);
+} pb_source_ops_t;
+
+struct pb_source {
+    const pb_source_ops_t *ops;
+    const pb_config_t *cfg; /* borrowed; outlives the source */
+};
+
+/* Creates the source named by cfg->consume_source, unconnected. */
+pb_status_t pb_source_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err) PB_MUSTCHECK;
+
+pb_status_t pb_source_amqp_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err) PB_MUSTCHECK;
+
+static inline void pb_source_free(pb_source_t *src)
+{
+    if (src)
+        src->ops->free(src);
+}
+
+#endif
