@@ -528,9 +528,22 @@ pb_status_t pb_amqp_open(const pb_amqp_url_t *u, const pb_config_t *cfg, int hea
                      amqp_error_string2(rc));
         goto fail;
     }
-    amqp_rpc_reply_t r = amqp_login(conn, u->vhost, AMQP_DEFAULT_MAX_CHANNELS,
-                                    AMQP_DEFAULT_FRAME_SIZE, heartbeat_s, AMQP_SASL_METHOD_PLAIN,
-                                    u->user, u->password);
+    /* announce consumer_cancel_notify so that a deleted queue cancels our consumer visibly
+     * instead of leaving it waiting forever (rabbitmq-c merges these with its defaults) */
+    amqp_table_entry_t caps[1] = {
+        {.key = amqp_cstring_bytes("consumer_cancel_notify"),
+         .value = {.kind = AMQP_FIELD_KIND_BOOLEAN, .value = {.boolean = 1}}},
+    };
+    amqp_table_entry_t props[2] = {
+        {.key = amqp_cstring_bytes("capabilities"),
+         .value = {.kind = AMQP_FIELD_KIND_TABLE, .value = {.table = {1, caps}}}},
+        {.key = amqp_cstring_bytes("product"),
+         .value = {.kind = AMQP_FIELD_KIND_UTF8, .value = {.bytes = amqp_cstring_bytes("postbox")}}},
+    };
+    amqp_table_t client_properties = {2, props};
+    amqp_rpc_reply_t r = amqp_login_with_properties(
+        conn, u->vhost, AMQP_DEFAULT_MAX_CHANNELS, AMQP_DEFAULT_FRAME_SIZE, heartbeat_s,
+        &client_properties, AMQP_SASL_METHOD_PLAIN, u->user, u->password);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         st = login_failed(conn, r, u, where, err);
         goto fail;

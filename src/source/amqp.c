@@ -85,18 +85,61 @@ static amqp_bytes_t cbytes(const char *s)
     return b;
 }
 
-/* A NUL-terminated copy of p[0..len) in the batch arena. */
-static char *arena_copy(amqp_source_t *s, const void *p, size_t len)
+/* n bytes of the batch arena (aborts when memory runs out, as pb_malloc does). */
+static char *arena_alloc(amqp_source_t *s, size_t n)
 {
-    char *d = amqp_pool_alloc(&s->arena, len + 1);
+    char *d = amqp_pool_alloc(&s->arena, n);
     if (!d) {
         fputs("postbox: out of memory\n", stderr);
         abort();
     }
+    return d;
+}
+
+/* A NUL-terminated copy of p[0..len) in the batch arena. */
+static char *arena_copy(amqp_source_t *s, const void *p, size_t len)
+{
+    char *d = arena_alloc(s, len + 1);
     if (len)
         memcpy(d, p, len);
     d[len] = '\0';
     return d;
+}
+
+/* A copy of an AMQP string for PostgreSQL text: as is when it is UTF-8 without NUL bytes, else
+ * "\x" and the bytes in hex (the convention of amqp_headers.h), so that one odd message cannot
+ * make the consumer's insert fail. */
+static const char *text_copy(amqp_source_t *s, amqp_bytes_t b)
+{
+    if (b.len == 0 || (!memchr(b.bytes, '\0', b.len) && pb_utf8_valid(b.bytes, b.len)))
+        return arena_copy(s, b.bytes, b.len);
+    static const char digits[] = "0123456789abcdef";
+    char *d = arena_alloc(s, 2 + 2 * b.len + 1);
+    const unsigned char *p = b.bytes;
+    d[0] = '\\';
+    d[1] = 'x';
+    for (size_t i = 0; i < b.len; i++) {
+        d[2 + 2 * i] = digits[p[i] >> 4];
+        d[3 + 2 * i] = digits[p[i] & 0x0f];
+    }
+    d[2 + 2 * b.len] = '\0';
+    return d;
+}
+
+/* An id or type from a header: a non-empty string (see text_copy), or with integers an integer
+ * in decimal. NULL for anything else. */
+static const char *field_copy(amqp_source_t *s, const amqp_field_value_t *v, bool integers)
+{
+    if (!v)
+        return NULL;
+    if (v->kind == AMQP_FIELD_KIND_UTF8)
+        return v->value.bytes.len ? text_copy(s, v->value.bytes) : NULL;
+    char num[24];
+    const char *txt;
+    size_t len;
+    if (integers && pb_amqp_field_text(v, true, num, sizeof num, &txt, &len))
+        return arena_copy(s, txt, len);
+    return NULL;
 }
 
 /* ---- connection state ----------------------------------------------------------------------- */
@@ -174,10 +217,11 @@ static pb_status_t declare_exchange(amqp_source_t *s, pb_error_t *err)
     unsigned code = rpc_failed(s, "declare exchange", buf, sizeof buf);
     if (code == AMQP_PRECONDITION_FAILED)
         return pb_fail(err, PB_FATAL,
-                       "exchange \"%s\" exists on vhost \"%s\" but is not a durable %s exchange: %s",
-                       ex, s->url.vhost, cfg->amqp_exchange_type, buf);
+                       "exchange \"%s\" exists on vhost \"%s\" but is not a durable %s "
+                       "exchange: %s", ex, s->url.vhost, cfg->amqp_exchange_type, buf);
     if (code == AMQP_ACCESS_REFUSED)
-        return pb_fail(err, PB_FATAL, "user \"%s\" may not declare exchange \"%s\" on vhost \"%s\": %s",
+        return pb_fail(err, PB_FATAL,
+                       "user \"%s\" may not declare exchange \"%s\" on vhost \"%s\": %s",
                        s->url.user, ex, s->url.vhost, buf);
     return pb_fail(err, PB_TRANSIENT, "%s", buf);
 }
@@ -231,9 +275,9 @@ static pb_status_t declare_queue(amqp_source_t *s, pb_error_t *err)
                        "amqp.queue_declare = true)", q, s->url.vhost);
     if (code == AMQP_PRECONDITION_FAILED)
         return pb_fail(err, PB_FATAL,
-                       "queue \"%s\" exists on vhost \"%s\" with other arguments than "
-                       "amqp.queue_type/queue_max_length/queue_message_ttl/"
-                       "queue_dead_letter_exchange ask for: %s", q, s->url.vhost, buf);
+                       "queue \"%s\" on vhost \"%s\" exists with different arguments (see "
+                       "amqp.queue_type, queue_max_length, queue_message_ttl, "
+                       "queue_dead_letter_exchange): %s", q, s->url.vhost, buf);
     if (code == AMQP_ACCESS_REFUSED)
         return pb_fail(err, PB_FATAL, "user \"%s\" may not use queue \"%s\" on vhost \"%s\": %s",
                        s->url.user, q, s->url.vhost, buf);
@@ -388,27 +432,17 @@ static void take_properties(amqp_source_t *s, const amqp_basic_properties_t *p, 
     const amqp_table_t *headers =
         p && (p->_flags & AMQP_BASIC_HEADERS_FLAG) && p->headers.num_entries > 0 ? &p->headers
                                                                                   : NULL;
-    char num[24];
-    const char *txt;
-    size_t len;
-
     m->message_id = NULL;
-    if (*cfg->consume_message_id_header) {
-        if (pb_amqp_field_text(pb_amqp_table_find(headers, cfg->consume_message_id_header), true,
-                               num, sizeof num, &txt, &len))
-            m->message_id = arena_copy(s, txt, len);
-    } else if (p && (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) && p->message_id.len > 0 &&
-               !memchr(p->message_id.bytes, '\0', p->message_id.len)) {
-        m->message_id = arena_copy(s, p->message_id.bytes, p->message_id.len);
-    }
+    if (*cfg->consume_message_id_header)
+        m->message_id = field_copy(s, pb_amqp_table_find(headers, cfg->consume_message_id_header),
+                                   true);
+    else if (p && (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) && p->message_id.len > 0)
+        m->message_id = text_copy(s, p->message_id);
 
-    m->type = NULL;
-    if (p && (p->_flags & AMQP_BASIC_TYPE_FLAG) && p->type.len > 0 &&
-        !memchr(p->type.bytes, '\0', p->type.len))
-        m->type = arena_copy(s, p->type.bytes, p->type.len);
-    else if (pb_amqp_field_text(pb_amqp_table_find(headers, "event_type"), false, num, sizeof num,
-                                &txt, &len))
-        m->type = arena_copy(s, txt, len);
+    if (p && (p->_flags & AMQP_BASIC_TYPE_FLAG) && p->type.len > 0)
+        m->type = text_copy(s, p->type);
+    else
+        m->type = field_copy(s, pb_amqp_table_find(headers, "event_type"), false);
 
     m->timestamp = 0;
     if (p && (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG))
@@ -431,8 +465,8 @@ static pb_status_t read_delivery(amqp_source_t *s, const amqp_basic_deliver_t *d
     memset(m, 0, sizeof *m);
     m->tag = s->epoch << TAG_EPOCH_SHIFT | (d->delivery_tag & TAG_DELIVERY_MASK);
     m->redelivered = d->redelivered != 0;
-    m->exchange = arena_copy(s, d->exchange.bytes, d->exchange.len);
-    m->routing_key = arena_copy(s, d->routing_key.bytes, d->routing_key.len);
+    m->exchange = text_copy(s, d->exchange);
+    m->routing_key = text_copy(s, d->routing_key);
     if (d->delivery_tag > s->last_tag)
         s->last_tag = d->delivery_tag;
 
@@ -466,11 +500,7 @@ static pb_status_t read_delivery(amqp_source_t *s, const amqp_basic_deliver_t *d
                     (unsigned long long)d->delivery_tag, (unsigned long long)body_size);
     take_properties(s, f.payload.properties.decoded, m);
 
-    char *body = amqp_pool_alloc(&s->arena, (size_t)body_size + 1);
-    if (!body) {
-        fputs("postbox: out of memory\n", stderr);
-        abort();
-    }
+    char *body = arena_alloc(s, (size_t)body_size + 1);
     size_t got = 0;
     while (got < body_size) {
         int rc = wait_frame(s, &f, deadline);
@@ -570,8 +600,9 @@ static pb_status_t check_tag(amqp_source_t *s, uint64_t tag, const char *what, u
 {
     *delivery = tag & TAG_DELIVERY_MASK;
     if (!s->conn || !s->channel_open)
-        return pb_fail(err, PB_TRANSIENT, "cannot %s delivery %llu: not connected to rabbitmq at %s",
-                       what, (unsigned long long)*delivery, s->where);
+        return pb_fail(err, PB_TRANSIENT,
+                       "cannot %s delivery %llu: not connected to rabbitmq at %s", what,
+                       (unsigned long long)*delivery, s->where);
     if (tag >> TAG_EPOCH_SHIFT != s->epoch || *delivery == 0 || *delivery > s->last_tag)
         return pb_fail(err, PB_TRANSIENT, "cannot %s delivery %llu: not delivered on the current "
                                           "connection (reconnected since?)", what,
@@ -697,6 +728,12 @@ pb_status_t pb_source_amqp_new(const pb_config_t *cfg, pb_source_t **out, pb_err
         return pb_fail(err, PB_FATAL, "consume.message_id_header is longer than 255 bytes");
     if (cfg->amqp_prefetch < 1 || cfg->amqp_prefetch > 65535)
         return pb_fail(err, PB_FATAL, "amqp.prefetch must be from 1 to 65535");
+
+    if (cfg->consume_batch_size > cfg->amqp_prefetch)
+        log_warn(FAC, "consume.batch_size %lld is above amqp.prefetch %lld: rabbitmq never sends "
+                      "that many unacknowledged messages, so every batch waits "
+                      "consume.batch_wait", (long long)cfg->consume_batch_size,
+                 (long long)cfg->amqp_prefetch);
 
     amqp_source_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);

@@ -15,7 +15,7 @@
 /* One received message. Strings are NUL-terminated and owned by the source: valid until the
  * next receive on it (or until it reconnects). */
 typedef struct pb_message {
-    uint64_t tag;            /* delivery tag: what ack/nack take */
+    uint64_t tag;            /* opaque: what ack/requeue take (a stale one fails, never acks another) */
     const char *message_id;  /* message_id property or consume.message_id_header; NULL if none */
     const char *type;        /* type property, else header "event_type"; NULL if none */
     const char *routing_key;

@@ -261,8 +261,11 @@ static void test_nested(void **state)
     amqp_field_value_t empty_arr = V_kind(AMQP_FIELD_KIND_ARRAY);
     amqp_field_value_t empty_tab = V_kind(AMQP_FIELD_KIND_TABLE);
 
-    amqp_table_entry_t e[] = {E("arr", arr), E("tab", tab), E("ea", empty_arr), E("et", empty_tab)};
-    expect_json(e, 4, "{\"arr\":[\"s\",7,{\"x\":\"y\"}],\"tab\":{\"x\":\"y\"},\"ea\":[],\"et\":{}}");
+    amqp_table_entry_t e[] = {
+        E("arr", arr), E("tab", tab), E("ea", empty_arr), E("et", empty_tab),
+    };
+    expect_json(e, 4,
+                "{\"arr\":[\"s\",7,{\"x\":\"y\"}],\"tab\":{\"x\":\"y\"},\"ea\":[],\"et\":{}}");
 }
 
 static void test_depth_limit(void **state)
