@@ -195,7 +195,9 @@ static pb_status_t consume_batch(consumer_t *c, pb_error_t *err)
     }
     if (n == 0)
         return PB_OK;
+    int64_t t_received = pb_monotonic_ms();
     pb_status_t st = pb_inbox_handle(&c->ib, c->msgs, n, c->verdicts, &c->counts, err);
+    log_debug(FAC, "batch of %zu handled in %lld ms", n, (long long)(pb_monotonic_ms() - t_received));
     if (st != PB_OK) {
         /* nothing committed: give the batch back now rather than when the connection drops */
         for (size_t i = 0; c->src_up && i < n; i++)

@@ -23,11 +23,17 @@ enum msg_state {
     ST_FAILED,  /* handler (or the inbox insert) failed: errors[i] */
 };
 
-static const char dups_sql[] =
-    "SELECT message_id FROM postbox.inbox WHERE consumer = $1 AND message_id = ANY($2::text[])";
-static const char insert_sql[] =
+/* One statement records the whole batch: the ids it returns are the new ones. ON CONFLICT goes
+ * through the primary key whatever the planner thinks of the table, skips repeats within the
+ * batch, and waits for a concurrent consumer's insert of the same id to commit or roll back. */
+static const char claim_batch_sql[] =
     "INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
-    "VALUES ($1, $2, $3, now())";
+    "SELECT $1, u.id, u.type, now() FROM unnest($2::text[], $3::text[]) AS u(id, type) "
+    "ON CONFLICT DO NOTHING RETURNING message_id";
+/* A failed handler gives its message's row back, so that the retry is not taken for a
+ * duplicate. */
+static const char release_sql[] =
+    "DELETE FROM postbox.inbox WHERE consumer = $1 AND message_id = $2";
 static const char fail_sql[] =
     "INSERT INTO postbox.inbox_failures AS f (consumer, message_id, attempts, last_error) "
     "VALUES ($1, $2, 1, $3) ON CONFLICT (consumer, message_id) DO UPDATE "
@@ -48,8 +54,6 @@ static const char claim_sql[] =
     "VALUES ($1, $2, $3, NULL) ON CONFLICT DO NOTHING RETURNING 1";
 static const char done_sql[] =
     "UPDATE postbox.inbox SET processed_at = now() WHERE consumer = $1 AND message_id = $2";
-static const char unclaim_sql[] =
-    "DELETE FROM postbox.inbox WHERE consumer = $1 AND message_id = $2";
 static const char clear_sql[] =
     "DELETE FROM postbox.inbox_failures WHERE consumer = $1 AND message_id = ANY($2::text[])";
 
@@ -72,14 +76,15 @@ pb_status_t pb_inbox_init(pb_inbox_t *ib, PGconn *conn, const pb_config_t *cfg, 
     ib->conn = conn;
     ib->cfg = cfg;
     pb_status_t st;
-    if ((st = prepare(conn, "pb_inbox_dups", dups_sql, 0, NULL, "prepare inbox lookup", err)) ||
-        (st = prepare(conn, "pb_inbox_insert", insert_sql, 0, NULL, "prepare inbox insert", err)) ||
+    if ((st = prepare(conn, "pb_inbox_claim_batch", claim_batch_sql, 0, NULL, "prepare inbox claim",
+                      err)) ||
+        (st = prepare(conn, "pb_inbox_release", release_sql, 0, NULL, "prepare inbox release",
+                      err)) ||
         (st = prepare(conn, "pb_inbox_fail", fail_sql, 0, NULL, "prepare inbox failure", err)) ||
         (st = prepare(conn, "pb_inbox_dead", dead_sql, 0, NULL, "prepare inbox dead letter", err)) ||
         (st = prepare(conn, "pb_inbox_clear", clear_sql, 0, NULL, "prepare inbox clear", err)) ||
         (st = prepare(conn, "pb_inbox_claim", claim_sql, 0, NULL, "prepare inbox claim", err)) ||
-        (st = prepare(conn, "pb_inbox_done", done_sql, 0, NULL, "prepare inbox done", err)) ||
-        (st = prepare(conn, "pb_inbox_unclaim", unclaim_sql, 0, NULL, "prepare inbox unclaim", err)))
+        (st = prepare(conn, "pb_inbox_done", done_sql, 0, NULL, "prepare inbox done", err)))
         goto fail;
     /* handlers: one per [handlers] entry, then the default (type NULL) */
     ib->n_handlers = cfg->n_handlers + (*cfg->consume_handler ? 1 : 0);
@@ -143,44 +148,71 @@ static void clean_error(char *dst, size_t n, const char *prefix, const char *msg
         dst[--len] = '\0';
 }
 
-/* Marks messages already in the inbox, and repeats within the batch, as duplicates. */
-static pb_status_t mark_duplicates(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
-                                   pb_error_t *err)
+static int compare_strings(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Inserts the inbox rows of the batch; messages whose row existed already, or that repeat an
+ * earlier message of the batch, become duplicates. */
+static pb_status_t claim_batch(pb_inbox_t *ib, const pb_message_t *msgs, size_t n, pb_error_t *err)
 {
     pb_buf_t *b = &ib->scratch;
     pb_buf_reset(b);
     pb_buf_putc(b, '{');
-    bool any = false;
+    size_t ids = 0;
     for (size_t i = 0; i < n; i++) {
         if (ib->state[i] != ST_NEW)
             continue;
-        for (size_t j = 0; j < i; j++) {
-            if (ib->state[j] == ST_NEW && strcmp(msgs[j].message_id, msgs[i].message_id) == 0) {
-                ib->state[i] = ST_DUP;
-                break;
-            }
-        }
-        if (ib->state[i] != ST_NEW)
-            continue;
-        if (any)
+        if (ids++)
             pb_buf_putc(b, ',');
         pb_buf_append_array_text(b, msgs[i].message_id);
-        any = true;
+    }
+    if (ids == 0)
+        return PB_OK;
+    pb_buf_puts(b, "}");
+    size_t types_at = b->len + 1;
+    pb_buf_putc(b, '\0');
+    pb_buf_putc(b, '{');
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ib->state[i] != ST_NEW)
+            continue;
+        if (k++)
+            pb_buf_putc(b, ',');
+        if (msgs[i].type)
+            pb_buf_append_array_text(b, msgs[i].type);
+        else
+            pb_buf_puts(b, "NULL");
     }
     pb_buf_putc(b, '}');
-    if (!any)
-        return PB_OK;
-    const char *params[2] = {ib->cfg->consume_consumer, b->data};
-    PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_dups", 2, params, NULL, NULL, 0);
-    pb_status_t st = pb_pg_check(ib->conn, res, PGRES_TUPLES_OK, "inbox lookup", err);
+    const char *params[3] = {ib->cfg->consume_consumer, b->data, b->data + types_at};
+    PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_claim_batch", 3, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(ib->conn, res, PGRES_TUPLES_OK, "inbox insert", err);
     if (st != PB_OK)
         return st;
-    for (int r = 0; r < PQntuples(res); r++) {
-        const char *id = PQgetvalue(res, r, 0);
-        for (size_t i = 0; i < n; i++)
-            if (ib->state[i] == ST_NEW && strcmp(msgs[i].message_id, id) == 0)
-                ib->state[i] = ST_DUP;
+    /* the new ids, sorted: each may be taken by its first message only */
+    size_t n_new = (size_t)PQntuples(res);
+    const char **fresh = pb_malloc((n_new ? n_new : 1) * sizeof *fresh);
+    bool *taken = pb_malloc(n_new ? n_new : 1);
+    for (size_t r = 0; r < n_new; r++) {
+        fresh[r] = PQgetvalue(res, (int)r, 0);
+        taken[r] = false;
     }
+    qsort(fresh, n_new, sizeof *fresh, compare_strings);
+    for (size_t i = 0; i < n; i++) {
+        if (ib->state[i] != ST_NEW)
+            continue;
+        const char *key = msgs[i].message_id;
+        const char **hit = bsearch(&key, fresh, n_new, sizeof *fresh, compare_strings);
+        size_t at = hit ? (size_t)(hit - fresh) : 0;
+        if (hit && !taken[at])
+            taken[at] = true;
+        else
+            ib->state[i] = ST_DUP;
+    }
+    free(taken);
+    free(fresh);
     PQclear(res);
     return PB_OK;
 }
@@ -211,17 +243,14 @@ static bool send_simple(PGconn *conn, const char *sql)
     return PQsendQueryParams(conn, sql, 0, NULL, NULL, NULL, NULL, 0) == 1;
 }
 
-/* Sends savepoint, inbox row, handler and release for message i. */
+/* Sends savepoint, handler and release for message i (its inbox row is in already). */
 static bool send_message(pb_inbox_t *ib, const pb_message_t *m, int handler)
 {
-    const char *consumer = ib->cfg->consume_consumer;
-    const char *ins[3] = {consumer, m->message_id, m->type};
     char name[32];
     snprintf(name, sizeof name, "pb_handler_%d", handler);
     build_metadata(ib, m);
     const char *hp[3] = {m->body, m->headers ? m->headers : "{}", ib->scratch.data};
     return send_simple(ib->conn, "SAVEPOINT " SAVEPOINT) &&
-           PQsendQueryPrepared(ib->conn, "pb_inbox_insert", 3, ins, NULL, NULL, 0) == 1 &&
            PQsendQueryPrepared(ib->conn, name, 3, hp, NULL, NULL, 0) == 1 &&
            send_simple(ib->conn, "RELEASE SAVEPOINT " SAVEPOINT);
 }
@@ -250,26 +279,21 @@ static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t
     if (PQpipelineSync(conn) != 1)
         return pb_fail(err, PB_TRANSIENT, "send to postgresql: %s", PQerrorMessage(conn));
 
-    /* 4 results per message, then the sync */
+    /* 3 results per message, then the sync */
     ssize_t failed_at = -1;
     for (size_t s = 0; s < n_sent; s++) {
         size_t m = sent_idx[s];
-        for (int q = 0; q < 4; q++) {
+        for (int q = 0; q < 3; q++) {
             PGresult *res = PQgetResult(conn);
             if (!res)
                 return pb_fail(err, PB_TRANSIENT, "postgresql connection lost: %s",
                                PQerrorMessage(conn));
             ExecStatusType rs = PQresultStatus(res);
             if (rs == PGRES_FATAL_ERROR && failed_at < 0) {
-                const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-                if (q == 1 && state && strcmp(state, "23505") == 0) {
-                    ib->state[m] = ST_DUP; /* another consumer committed it meanwhile */
-                } else {
-                    ib->state[m] = ST_FAILED;
-                    clean_error(ib->errors[m], sizeof ib->errors[m],
-                                q == 2 ? "handler failed: " : "inbox write failed: ",
-                                PQresultErrorMessage(res));
-                }
+                ib->state[m] = ST_FAILED;
+                clean_error(ib->errors[m], sizeof ib->errors[m],
+                            q == 1 ? "handler failed: " : "savepoint failed: ",
+                            PQresultErrorMessage(res));
                 failed_at = (ssize_t)s;
             } else if (rs != PGRES_COMMAND_OK && rs != PGRES_TUPLES_OK &&
                        rs != PGRES_PIPELINE_ABORTED && rs != PGRES_FATAL_ERROR) {
@@ -313,6 +337,12 @@ static pb_status_t settle_failure(pb_inbox_t *ib, const pb_message_t *m, int sta
     int attempts = 0;
     pb_status_t st;
     if (state == ST_FAILED) {
+        /* give the inbox row back: the retry must not look like a duplicate */
+        const char *rp[2] = {cfg->consume_consumer, m->message_id};
+        PGresult *rr = PQexecPrepared(ib->conn, "pb_inbox_release", 2, rp, NULL, NULL, 0);
+        if ((st = pb_pg_check(ib->conn, rr, PGRES_COMMAND_OK, "release inbox row", err)) != PB_OK)
+            return st;
+        PQclear(rr);
         const char *fp[3] = {cfg->consume_consumer, m->message_id, error};
         PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_fail", 3, fp, NULL, NULL, 0);
         if ((st = pb_pg_check(ib->conn, res, PGRES_TUPLES_OK, "record handler failure", err)) != PB_OK)
@@ -386,7 +416,7 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t
         ib->state[i] = msgs[i].message_id && *msgs[i].message_id ? ST_NEW : ST_NO_ID;
         ib->handler_of[i] = find_handler(ib, msgs[i].type);
     }
-    if ((st = mark_duplicates(ib, msgs, n, err)) != PB_OK)
+    if ((st = claim_batch(ib, msgs, n, err)) != PB_OK)
         return st;
     for (size_t i = 0; i < n; i++) {
         if (ib->state[i] == ST_NEW && ib->handler_of[i] < 0) {
@@ -514,7 +544,6 @@ static pb_status_t handle_commit_first(pb_inbox_t *ib, const pb_message_t *msgs,
             continue;
         }
         if ((st = pb_pg_exec(ib->conn, "BEGIN", err)) != PB_OK ||
-            (st = exec_msg(ib, "pb_inbox_unclaim", 2, m, PGRES_COMMAND_OK, NULL, err)) != PB_OK ||
             (st = settle_failure(ib, m, ST_FAILED, ib->errors[0], &verdicts[i], counts, err)) != PB_OK ||
             (st = pb_pg_exec(ib->conn, "COMMIT", err)) != PB_OK)
             return st;

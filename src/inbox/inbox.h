@@ -1,8 +1,8 @@
 /* The inbox writer of `postbox consume`: handles a batch of messages in one transaction.
  *
- * For every message not seen before by this consumer: a savepoint, the inbox row and the SQL
- * handler for its type, all pipelined (one round trip for the whole batch while nothing
- * fails). A failing handler is rolled back to its savepoint and recorded in inbox_failures; after
+ * The inbox rows of the whole batch go in with one INSERT ... ON CONFLICT DO NOTHING; for every
+ * message whose row is new, a savepoint and the SQL handler for its type follow, pipelined (one
+ * round trip for the whole batch while nothing fails). A failing handler is rolled back to its savepoint and recorded in inbox_failures; after
  * max_attempts the message moves to inbox_dead. The caller commits nothing: pb_inbox_handle
  * commits, and only then may the caller acknowledge to the broker. */
 #ifndef PB_INBOX_INBOX_H
