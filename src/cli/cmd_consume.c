@@ -5,8 +5,9 @@
 
 int pb_cmd_consume(pb_cli_t *cli)
 {
+    pb_consume_opts_t opts = {.drain = cli->drain};
     pb_error_t err;
-    if (pb_consume_run(&cli->cfg, cli->stop, &err) != PB_OK) {
+    if (pb_consume_run(&cli->cfg, &opts, cli->stop, &err) != PB_OK) {
         log_error("consume", "%s", err.msg);
         return PB_EXIT_FAILURE;
     }

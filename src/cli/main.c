@@ -41,6 +41,7 @@ static void usage(FILE *out)
           "      --drain     exit 0 once no pending event is left\n"
           "  consume         read a queue and run each message's SQL handler exactly once in\n"
           "                  effect (inbox), until SIGTERM/SIGINT\n"
+          "      --drain     exit 0 once the queue is empty\n"
           "  config          print the effective configuration (secrets hidden)\n"
           "      --reference list every option with its default, environment variable and meaning\n"
           "      --sample    print a commented INI file with every option at its default\n"

@@ -177,7 +177,8 @@ static void log_stats(consumer_t *c, bool force)
     c->stats_at = now;
 }
 
-static pb_status_t consume_batch(consumer_t *c, pb_error_t *err)
+/* *idle: the receive came back empty and no failed message waits for its redelivery. */
+static pb_status_t consume_batch(consumer_t *c, bool *idle, pb_error_t *err)
 {
     const pb_config_t *cfg = c->cfg;
     size_t n = 0;
@@ -193,8 +194,10 @@ static pb_status_t consume_batch(consumer_t *c, pb_error_t *err)
         if (n == 0)
             return PB_OK;
     }
-    if (n == 0)
+    if (n == 0) {
+        *idle = c->src_up && c->n_held == 0;
         return PB_OK;
+    }
     int64_t t_received = pb_monotonic_ms();
     pb_status_t st = pb_inbox_handle(&c->ib, c->msgs, n, c->verdicts, &c->counts, err);
     log_debug(FAC, "batch of %zu handled in %lld ms", n, (long long)(pb_monotonic_ms() - t_received));
@@ -214,7 +217,8 @@ static pb_status_t consume_batch(consumer_t *c, pb_error_t *err)
     return PB_OK;
 }
 
-pb_status_t pb_consume_run(const pb_config_t *cfg, volatile sig_atomic_t *stop, pb_error_t *err)
+pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts,
+                           volatile sig_atomic_t *stop, pb_error_t *err)
 {
     if (!*cfg->consume_handler && cfg->n_handlers == 0)
         return pb_fail(err, PB_FATAL,
@@ -239,7 +243,12 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, volatile sig_atomic_t *stop, 
                 break;
             continue;
         }
-        st = consume_batch(&c, err);
+        bool idle = false;
+        st = consume_batch(&c, &idle, err);
+        if (st == PB_OK && idle && opts->drain) {
+            log_info(FAC, "queue drained");
+            break;
+        }
         if (st == PB_TRANSIENT) {
             log_warn(FAC, "postgresql: %s; reconnecting", err->msg);
             drop_pg(&c);

@@ -19,6 +19,17 @@
  *       the benchmark's baseline: N persistent messages of SIZE bytes with publisher confirms,
  *       at most WINDOW unconfirmed (a sliding window; multiple acks handled), with the same
  *       properties and headers the relay sets; prints "published N in S seconds: R msgs/s"
+ *       (every message gets its own message_id)
+ *   amqp-tool publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT]
+ *       COUNT (default 1) copies of one persistent message, mandatory, with publisher confirms:
+ *       the same message_id each time (an empty MESSAGE_ID: no message_id property; an empty
+ *       TYPE: no type property), content_type application/json; exit 1 when one is returned
+ *       (unroutable) or nacked
+ *   amqp-tool consume-raw URL QUEUE N PREFETCH [BATCH]
+ *       the consume benchmark's baseline: consumes N messages with manual acks, basic.qos
+ *       PREFETCH, one multiple ack per BATCH messages (default 200, at most PREFETCH; also when
+ *       the queue goes quiet for 20 ms); no processing. Prints "consumed N in S seconds: R msgs/s"
+ *       (S from basic.consume to the last ack, confirmed by closing the channel)
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -546,6 +557,130 @@ static int cmd_publish_raw(int argc, char **argv)
     return 0;
 }
 
+
+/* ------------------------------------------------------------------------------------------ */
+/* publish: one message, COUNT times */
+
+static int cmd_publish(int argc, char **argv)
+{
+    if (argc != 6 && argc != 7)
+        die("usage: publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT]");
+    const char *url = argv[0];
+    amqp_bytes_t exchange = amqp_cstring_bytes(argv[1]);
+    amqp_bytes_t rkey = amqp_cstring_bytes(argv[2]);
+    const char *id = argv[3], *type = argv[4];
+    amqp_bytes_t body = amqp_cstring_bytes(argv[5]);
+    pub_state_t s = {0};
+    s.n = argc == 7 ? (uint64_t)parse_long(argv[6], "COUNT", 1, 1000000) : 1;
+    s.done = calloc(s.n + 2, 1);
+    s.low = 1;
+    if (!s.done)
+        die("out of memory");
+
+    amqp_connection_state_t conn = open_url(url);
+    amqp_confirm_select(conn, CHANNEL);
+    check_reply(amqp_get_rpc_reply(conn), "confirm.select");
+    amqp_basic_properties_t props;
+    memset(&props, 0, sizeof props);
+    props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
+                   AMQP_BASIC_TIMESTAMP_FLAG | AMQP_BASIC_APP_ID_FLAG;
+    props.content_type = amqp_cstring_bytes("application/json");
+    props.delivery_mode = AMQP_DELIVERY_PERSISTENT;
+    props.timestamp = (uint64_t)time(NULL);
+    props.app_id = amqp_cstring_bytes("amqp-tool");
+    if (*id) {
+        props._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
+        props.message_id = amqp_cstring_bytes(id);
+    }
+    if (*type) {
+        props._flags |= AMQP_BASIC_TYPE_FLAG;
+        props.type = amqp_cstring_bytes(type);
+    }
+    for (uint64_t i = 1; i <= s.n; i++) {
+        check_status(amqp_basic_publish(conn, CHANNEL, exchange, rkey, 1, 0, &props, body),
+                     "basic.publish");
+        s.sent = i;
+    }
+    while (s.settled < s.n)
+        if (!read_confirm(conn, &s, 30000))
+            die("no confirm within 30 s (%" PRIu64 " of %" PRIu64 " confirmed)", s.settled, s.n);
+    /* a basic.return precedes the ack of its message: everything returned has been read */
+    close_conn(conn);
+    free(s.done);
+    if (s.nacked || s.returned)
+        die("%" PRIu64 " message(s) nacked and %" PRIu64 " returned (unroutable: is a queue bound?)",
+            s.nacked, s.returned);
+    printf("published %" PRIu64 " message(s) with message_id '%s', type '%s'\n", s.n, id, type);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* consume-raw */
+
+static int cmd_consume_raw(int argc, char **argv)
+{
+    if (argc != 4 && argc != 5)
+        die("usage: consume-raw URL QUEUE N PREFETCH [BATCH]");
+    const char *url = argv[0], *queue = argv[1];
+    long n = parse_long(argv[2], "N", 1, 1000000000);
+    long prefetch = parse_long(argv[3], "PREFETCH", 1, 65535);
+    long batch = argc == 5 ? parse_long(argv[4], "BATCH", 1, 1000000) : 200;
+    if (batch > prefetch)
+        batch = prefetch;
+
+    amqp_connection_state_t conn = open_url(url);
+    amqp_basic_qos(conn, CHANNEL, 0, (uint16_t)prefetch, 0);
+    check_reply(amqp_get_rpc_reply(conn), "basic.qos");
+    const double start = now_s();
+    amqp_basic_consume(conn, CHANNEL, amqp_cstring_bytes(queue), amqp_empty_bytes, 0, 0, 0,
+                       amqp_empty_table);
+    check_reply(amqp_get_rpc_reply(conn), "basic.consume");
+
+    long received = 0, unacked = 0;
+    uint64_t last_tag = 0;
+    double last_msg = start;
+    while (received < n) {
+        struct timeval tv = tv_from_ms(20);
+        amqp_envelope_t env;
+        amqp_maybe_release_buffers(conn);
+        amqp_rpc_reply_t r = amqp_consume_message(conn, &env, &tv, 0);
+        if (r.reply_type == AMQP_RESPONSE_NORMAL) {
+            received++;
+            last_tag = env.delivery_tag;
+            last_msg = now_s();
+            amqp_destroy_envelope(&env);
+            if (++unacked >= batch || received == n) {
+                check_status(amqp_basic_ack(conn, CHANNEL, last_tag, 1), "basic.ack");
+                unacked = 0;
+            }
+            continue;
+        }
+        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
+            handle_unexpected_frame(conn);
+            continue;
+        }
+        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && r.library_error == AMQP_STATUS_TIMEOUT) {
+            if (unacked) {
+                check_status(amqp_basic_ack(conn, CHANNEL, last_tag, 1), "basic.ack");
+                unacked = 0;
+            }
+            if (now_s() - last_msg > 60.0)
+                die("consume-raw %s: nothing for 60 s after %ld of %ld message(s)", queue, received, n);
+            continue;
+        }
+        check_reply(r, "consuming");
+    }
+    /* channel.close is an RPC: once it is answered the broker has processed the acks */
+    amqp_rpc_reply_t r = amqp_channel_close(conn, CHANNEL, AMQP_REPLY_SUCCESS);
+    check_reply(r, "channel.close");
+    const double secs = now_s() - start;
+    amqp_connection_close(conn, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(conn);
+    printf("consumed %ld in %.3f seconds: %.0f msgs/s (prefetch %ld, ack every %ld)\n", received,
+           secs, (double)received / secs, prefetch, batch);
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 
 static void usage(void)
@@ -556,7 +691,9 @@ static void usage(void)
             "       amqp-tool delete-exchange URL EXCHANGE\n"
             "       amqp-tool drain URL QUEUE [--expect N] [--idle-ms MS] [--timeout-s S]\n"
             "       amqp-tool count URL QUEUE\n"
-            "       amqp-tool publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW\n");
+            "       amqp-tool publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW\n"
+            "       amqp-tool publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT]\n"
+            "       amqp-tool consume-raw URL QUEUE N PREFETCH [BATCH]\n");
     exit(2);
 }
 
@@ -579,6 +716,10 @@ int main(int argc, char **argv)
         return cmd_count(argc, argv);
     if (!strcmp(cmd, "publish-raw"))
         return cmd_publish_raw(argc, argv);
+    if (!strcmp(cmd, "publish"))
+        return cmd_publish(argc, argv);
+    if (!strcmp(cmd, "consume-raw"))
+        return cmd_consume_raw(argc, argv);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help"))
         usage();
     fprintf(stderr, "amqp-tool: unknown command '%s'\n", cmd);

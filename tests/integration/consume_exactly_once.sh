@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# The inbox's main acceptance, end to end: producer transactions -> postbox.outbox -> postbox relay
+# -> RabbitMQ -> postbox consume -> a SQL handler that adds each event's amount to an account
+# balance. 20,000 events over 200 accounts with varied amounts are enqueued in 10 producer
+# transactions while the relay and the consumer run, with 4 rolled-back producer transactions
+# (amounts of 1,000,000, which must never take effect) in between. Meanwhile the relay is killed
+# with SIGKILL 5 times, the consumer 5 times (each restarted at once), and RabbitMQ is stopped
+# and started once (durable queue, persistent messages). At the end: nothing pending, queue empty,
+# every balance equals the sum of its account's committed events (from postbox.outbox), the inbox
+# holds each committed event exactly once, and the consumers' logs show the duplicates the inbox
+# absorbed (relay republishes and redeliveries); at least one is required (forced by hand when
+# the run produced none).
+source "$(dirname "$0")/lib.sh"
+
+for _v in $(compgen -v POSTBOX_CONSUME_ || true); do unset "$_v"; done
+export POSTBOX_AMQP_QUEUE=$PB_QUEUE POSTBOX_CONSUME_CONSUMER=balances
+export POSTBOX_CONSUME_HANDLER="INSERT INTO balance (account, amount)
+    VALUES (\$1::jsonb->>'account', (\$1::jsonb->>'amount')::bigint)
+    ON CONFLICT (account) DO UPDATE SET amount = balance.amount + EXCLUDED.amount"
+# quick reconnects after the broker restart (the consumer uses relay.reconnect_cap too)
+export POSTBOX_RELAY_RECONNECT_CAP=2s
+N_ACC=200 N_TX=10 PER_TX=2000 ROLLBACK_PER_TX=500
+RELAY_BATCH=100
+total=$((N_TX * PER_TX))
+CONSUMER_LOG=$PB_TMP/consumer.log
+: >"$CONSUMER_LOG"
+CONSUMER_PID=
+on_exit 'services start amqp >/dev/null 2>&1 || echo "[consume_exactly_once] could not restart RabbitMQ" >&2'
+
+start_consumer() {
+    printf '==== %s: postbox consume\n' "$(date +%T.%N)" >>"$CONSUMER_LOG"
+    "$POSTBOX_BIN" consume >>"$CONSUMER_LOG" 2>&1 &
+    CONSUMER_PID=$!
+    PB_PIDS+=("$CONSUMER_PID")
+}
+kill_consumer() {
+    kill -KILL "$CONSUMER_PID" 2>/dev/null || true
+    wait "$CONSUMER_PID" 2>/dev/null || true
+}
+stop_consumer() { # SIGTERM, wait; fails unless it exits 0
+    local rc=0
+    kill -TERM "$CONSUMER_PID" 2>/dev/null || true
+    wait_until '! pid_alive "$CONSUMER_PID"' 60 || fail "the consumer still runs 60 s after SIGTERM"
+    wait "$CONSUMER_PID" || rc=$?
+    ((rc == 0)) || { tail -n 30 "$CONSUMER_LOG" >&2; fail "postbox consume exited with $rc on SIGTERM"; }
+}
+inbox_count() { psql_q "SELECT count(*) FROM postbox.inbox"; }
+outbox_count() { psql_q "SELECT count(*) FROM postbox.outbox"; }
+sleep_ms() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
+
+# One committed producer transaction of PER_TX deposits: random accounts, amounts -500..1499.
+produce_committed() {
+    psql_q "BEGIN;
+            SELECT count(postbox.enqueue('account', a, 'deposit.v1',
+                                         jsonb_build_object('account', a, 'amount', (random() * 2000)::int - 500)))
+              FROM (SELECT 'acct-' || floor(random() * $N_ACC)::int AS a FROM generate_series(1, $PER_TX)) s;
+            COMMIT;" >/dev/null || fail "producer transaction failed"
+}
+# One rolled-back producer transaction: its events must never take effect.
+produce_rolled_back() {
+    psql_q "BEGIN;
+            SELECT count(postbox.enqueue('account', a, 'deposit.v1',
+                                         jsonb_build_object('account', a, 'amount', 1000000, 'rolled_back', true)))
+              FROM (SELECT 'acct-' || floor(random() * $N_ACC)::int AS a FROM generate_series(1, $ROLLBACK_PER_TX)) s;
+            ROLLBACK;" >/dev/null || fail "rolled-back producer transaction failed"
+}
+
+pb_init
+psql_q "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL)"
+# the queue exists and is bound before the relay publishes (the consumer's declaration matches it)
+setup_queue '#'
+start_consumer
+start_relay --set relay.batch_size=$RELAY_BATCH
+
+# step -> disturbance right after that step's producer transaction
+ACTIONS=(- relay consumer relay consumer rabbitmq relay consumer relay consumer both)
+relay_kills=0 consumer_kills=0 relay_busy=0 consumer_busy=0
+relay_p0=0 consumer_i0=0
+t_start=$(date +%s)
+for ((s = 1; s <= N_TX; s++)); do
+    produce_committed
+    if ((s % 3 == 1)); then produce_rolled_back; fi
+    ms=$((30 + RANDOM % 300))
+    sleep_ms $ms
+    act=${ACTIONS[s]}
+    if [[ $act == relay || $act == both ]]; then
+        p=$(published_count); pend=$(pending_count)
+        pid_alive "$RELAY_PID" || fail "the relay exited by itself before step $s"
+        kill_relay
+        relay_kills=$((relay_kills + 1))
+        busy=no
+        if ((p > relay_p0 && pend > 0)); then busy=yes; relay_busy=$((relay_busy + 1)); fi
+        say "step $s: SIGKILL relay ${ms} ms after the producer commit: published $relay_p0 -> $p since its start, pending $pend, busy: $busy"
+        start_relay --set relay.batch_size=$RELAY_BATCH
+        relay_p0=$(published_count)
+    fi
+    if [[ $act == consumer || $act == both ]]; then
+        i=$(inbox_count); o=$(outbox_count)
+        pid_alive "$CONSUMER_PID" || { tail -n 20 "$CONSUMER_LOG" >&2; fail "the consumer exited by itself before step $s"; }
+        kill_consumer
+        consumer_kills=$((consumer_kills + 1))
+        busy=no
+        if ((i > consumer_i0 && i < o)); then busy=yes; consumer_busy=$((consumer_busy + 1)); fi
+        say "step $s: SIGKILL consumer ${ms} ms after the producer commit: inbox $consumer_i0 -> $i since its start, committed events $o, busy: $busy"
+        start_consumer
+        consumer_i0=$(inbox_count)
+    fi
+    if [[ $act == rabbitmq ]]; then
+        say "step $s: stopping RabbitMQ (published $(published_count), inbox $(inbox_count), queue $(queue_count))"
+        services stop amqp || fail "scripts/services stop amqp failed"
+        produce_committed # the producer goes on while the broker is down
+        sleep 2
+        services start amqp || fail "scripts/services start amqp failed"
+        say "step $s: RabbitMQ started again; queue holds $(queue_count) message(s), pending $(pending_count)"
+        produce_committed_extra=1
+    fi
+done
+# the extra transaction produced while RabbitMQ was down
+total=$(outbox_count)
+say "producers done after $(($(date +%s) - t_start)) s: $total committed events; $relay_kills relay kills ($relay_busy while publishing), $consumer_kills consumer kills ($consumer_busy while consuming)"
+
+wait_until '(( $(pending_count) == 0 ))' 120 || fail "still $(pending_count) events pending 120 s after the producers finished"
+wait_until '(( $(inbox_count) >= total ))' 120 ||
+    { tail -n 20 "$CONSUMER_LOG" >&2; fail "only $(inbox_count) of $total events in the inbox 120 s after the producers finished"; }
+wait_until '[[ $(queue_count) == 0 ]]' 60 || fail "the queue still holds $(queue_count) message(s)"
+sleep 1 # let the consumer settle what it holds
+stop_relay
+((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"
+stop_consumer
+
+dups=$(grep -c 'duplicate message' "$CONSUMER_LOG" || true)
+forced=0
+if ((dups == 0)); then
+    # no natural duplicates this time: deliver 5 committed events twice more by hand
+    say "no duplicates arose naturally; publishing 5 committed events twice more by hand"
+    while IFS='|' read -r id type payload; do
+        amqp_tool publish "$POSTBOX_AMQP_URL" "$POSTBOX_AMQP_EXCHANGE" "account.$type" "$id" "$type" "$payload" 2 >/dev/null ||
+            fail "amqp-tool publish failed"
+    done < <(psql_q "SELECT event_id, event_type, payload::text FROM postbox.outbox ORDER BY id LIMIT 5")
+    forced=10
+    start_consumer
+    wait_until '(( $(grep -c "duplicate message" "$CONSUMER_LOG") >= forced ))' 30 || fail "the forced duplicates were not absorbed"
+    wait_until '[[ $(queue_count) == 0 ]]' 30 || fail "the queue still holds $(queue_count) message(s)"
+    stop_consumer
+    dups=$(grep -c 'duplicate message' "$CONSUMER_LOG" || true)
+fi
+
+inq=$(queue_count)
+rows=$(inbox_count)
+processed=$(psql_q "SELECT count(*) FROM postbox.inbox WHERE consumer = 'balances' AND processed_at IS NOT NULL")
+missing=$(psql_q "SELECT count(*) FROM postbox.outbox o WHERE NOT EXISTS
+                    (SELECT 1 FROM postbox.inbox i WHERE i.message_id = o.event_id::text)")
+unknown=$(psql_q "SELECT count(*) FROM postbox.inbox i WHERE NOT EXISTS
+                    (SELECT 1 FROM postbox.outbox o WHERE o.event_id::text = i.message_id)")
+psql_q "SELECT payload->>'account' AS account, sum((payload->>'amount')::bigint) FROM postbox.outbox GROUP BY 1" >"$PB_TMP/expected"
+off=$(psql_q "SELECT count(*) FROM (SELECT payload->>'account' AS account, sum((payload->>'amount')::bigint) AS s
+                                      FROM postbox.outbox GROUP BY 1) e
+                FULL JOIN balance b USING (account) WHERE b.amount IS DISTINCT FROM e.s")
+psql_q "SELECT account, e.s AS expected, b.amount AS actual FROM (SELECT payload->>'account' AS account,
+               sum((payload->>'amount')::bigint) AS s FROM postbox.outbox GROUP BY 1) e
+          FULL JOIN balance b USING (account) WHERE b.amount IS DISTINCT FROM e.s LIMIT 5" | sed 's/^/  off: /'
+sum_expected=$(psql_q "SELECT sum((payload->>'amount')::bigint) FROM postbox.outbox")
+sum_actual=$(psql_q "SELECT sum(amount) FROM balance")
+rolled=$(psql_q "SELECT count(*) FROM postbox.outbox WHERE payload ? 'rolled_back'")
+relay_starts=$(grep -c '^==== .* relay' "$PB_RELAY_LOG" || true)
+consumer_starts=$(grep -c '^==== ' "$CONSUMER_LOG" || true)
+# the totals line each consumer run logged last (periodic every 10 s and at exit; a killed run
+# may have logged none): a lower bound of what the 'duplicate message' lines count
+totals_dups=$(awk '/^==== / { s += d; d = 0 } /totals: / { t = $0; sub(/.*duplicates /, "", t); sub(/,.*/, "", t); d = t + 0 }
+                   END { print s + d }' "$CONSUMER_LOG")
+republished=$(psql_q "SELECT count(*) FROM postbox.outbox WHERE attempts > 0")
+
+say "committed events $total over $(wc -l <"$PB_TMP/expected") accounts; rolled-back events in the outbox: $rolled"
+say "balances: sum expected $sum_expected, actual $sum_actual; accounts off: $off"
+say "inbox: $rows rows ($processed processed), committed events without an inbox row: $missing, inbox rows not in the outbox: $unknown"
+say "relay runs $relay_starts, consumer runs $consumer_starts, RabbitMQ restarted once; messages left in the queue: $inq"
+say "duplicates absorbed by the inbox: $dups ('duplicate message' log lines over all consumer runs; the runs' last totals lines add up to $totals_dups)$( ((forced)) && echo ", of which $forced forced by hand")"
+grep 'duplicate message' "$CONSUMER_LOG" | head -3 | sed 's/^/  log: /'
+
+((rolled == 0)) || fail "events of rolled-back producer transactions are in the outbox"
+((off == 0)) || fail "$off account balance(s) differ from the sum of their committed events (sum $sum_actual, expected $sum_expected)"
+((sum_actual == sum_expected)) || fail "total balance $sum_actual, expected $sum_expected"
+((missing == 0)) || fail "$missing committed event(s) never took effect"
+((unknown == 0)) || fail "$unknown inbox row(s) for events that were never committed"
+((rows == total && processed == total)) || fail "inbox: $rows rows ($processed processed), expected $total"
+((inq == 0)) || fail "$inq message(s) left in the queue"
+[[ $(psql_q "SELECT count(*) FROM postbox.inbox_dead") == 0 ]] || fail "messages were dead-lettered: $(psql_q "SELECT error FROM postbox.inbox_dead LIMIT 3")"
+((relay_kills >= 3 && consumer_kills >= 3)) || fail "only $relay_kills relay and $consumer_kills consumer kills"
+((relay_busy >= 3)) || fail "only $relay_busy of $relay_kills relay kills hit a relay with work in hand"
+((consumer_busy >= 3)) || fail "only $consumer_busy of $consumer_kills consumer kills hit a consumer with work in hand"
+((dups > 0)) || fail "no duplicate was absorbed"
