@@ -38,7 +38,9 @@ static void usage(FILE *out)
           "  init            create or upgrade the postbox schema (idempotent)\n"
           "  relay           publish committed events until SIGTERM/SIGINT (the batch in flight\n"
           "                  is finished first, exit 0)\n"
-          "      --drain     exit 0 once no pending event is left\n"
+          "      --drain     exit 0 once no pending event is left (cdc: once the stream has\n"
+          "                  caught up with everything committed before the start)\n"
+          "      --capture poll|cdc  same as --set relay.capture=...\n"
           "  consume         read a queue and run each message's SQL handler exactly once in\n"
           "                  effect (inbox), until SIGTERM/SIGINT\n"
           "      --drain     exit 0 once the queue is empty\n"
@@ -112,6 +114,10 @@ int main(int argc, char **argv)
             }
             *eq = '\0';
             settings[n_settings++] = (setting_t){argv[i], eq + 1};
+        } else if (strcmp(a, "--capture") == 0) {
+            if (!next)
+                goto missing_value;
+            settings[n_settings++] = (setting_t){"relay.capture", argv[++i]};
         } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
             settings[n_settings++] = (setting_t){"log.level", "debug"};
         } else if (strcmp(a, "--drain") == 0) {

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/str.h"
+#include "relay/support.h"
 #include "sink/sink.h"
 #include "store/outbox.h"
 #include "store/pg.h"
@@ -83,16 +84,9 @@ static void drop_pg(relay_t *rel)
     rel->n_carry = 0;
 }
 
-/* Waits up to ms, returning early on stop. */
 static void nap(relay_t *rel, int64_t ms)
 {
-    int64_t until = pb_monotonic_ms() + ms;
-    while (!*rel->stop) {
-        int64_t left = until - pb_monotonic_ms();
-        if (left <= 0)
-            break;
-        pb_sleep_ms(left < 200 ? left : 200);
-    }
+    pb_nap(rel->stop, ms);
 }
 
 static pb_status_t open_slot(relay_t *rel, slot_t *s, pb_error_t *err)
@@ -149,26 +143,10 @@ static pb_status_t connect_pg(relay_t *rel, pb_error_t *err)
 
 static pb_status_t connect_sink(relay_t *rel, pb_error_t *err)
 {
-    while (!*rel->stop) {
-        pb_status_t st = rel->snk->ops->connect(rel->snk, err);
-        if (st == PB_OK) {
-            if (rel->sink_attempt)
-                log_info(FAC, "%s sink connected after %d attempts", rel->snk->ops->name,
-                         rel->sink_attempt + 1);
-            rel->sink_attempt = 0;
-            rel->sink_up = true;
-            return PB_OK;
-        }
-        if (st == PB_FATAL)
-            return st;
-        rel->sink_attempt++;
-        int64_t delay =
-            pb_backoff_ms(rel->sink_attempt, 200, rel->cfg->relay_reconnect_cap, pb_random_unit());
-        log_warn(FAC, "waiting for the %s broker (attempt %d, next in %lld ms): %s",
-                 rel->snk->ops->name, rel->sink_attempt, (long long)delay, err->msg);
-        nap(rel, delay);
-    }
-    return pb_fail(err, PB_TRANSIENT, "interrupted while waiting for the broker");
+    pb_status_t st = pb_connect_sink(rel->snk, &rel->sink_attempt, rel->cfg->relay_reconnect_cap,
+                                     rel->stop, err);
+    rel->sink_up = st == PB_OK;
+    return st;
 }
 
 /* Sleeps until a NOTIFY arrives, the poll interval passes, or stop. Keeps the broker connection

@@ -18,4 +18,8 @@ typedef struct pb_relay_opts {
 pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
                          volatile sig_atomic_t *stop, pb_error_t *err) PB_MUSTCHECK;
 
+/* The same with cdc capture (relay.capture = cdc): events from logical replication. */
+pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts,
+                             volatile sig_atomic_t *stop, pb_error_t *err) PB_MUSTCHECK;
+
 #endif

@@ -1,0 +1,189 @@
+#include "cdc/events.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/str.h"
+
+pb_status_t pb_cdc_outbox_map(const pb_pgo_relation_t *rel, pb_cdc_outbox_map_t *map,
+                              pb_error_t *err)
+{
+    map->relid = rel->relid;
+    map->id = pb_pgo_column(rel, "id");
+    map->event_id = pb_pgo_column(rel, "event_id");
+    map->aggregate_type = pb_pgo_column(rel, "aggregate_type");
+    map->aggregate_id = pb_pgo_column(rel, "aggregate_id");
+    map->event_type = pb_pgo_column(rel, "event_type");
+    map->payload = pb_pgo_column(rel, "payload");
+    map->headers = pb_pgo_column(rel, "headers");
+    map->destination = pb_pgo_column(rel, "destination");
+    map->created_at = pb_pgo_column(rel, "created_at");
+    map->attempts = pb_pgo_column(rel, "attempts");
+    const char *missing = map->id < 0               ? "id"
+                          : map->event_id < 0       ? "event_id"
+                          : map->aggregate_type < 0 ? "aggregate_type"
+                          : map->aggregate_id < 0   ? "aggregate_id"
+                          : map->event_type < 0     ? "event_type"
+                          : map->payload < 0        ? "payload"
+                                                    : NULL;
+    if (missing)
+        return pb_fail(err, PB_FATAL, "%s.%s has no column \"%s\": cannot read events from it",
+                       rel->nspname, rel->relname, missing);
+    return PB_OK;
+}
+
+bool pb_parse_timestamptz(const char *s, size_t len, int64_t *us)
+{
+    char text[64];
+    if (len >= sizeof text)
+        return false;
+    memcpy(text, s, len);
+    text[len] = '\0';
+    int y, mo, d, h, mi, sec, n = 0;
+    if (sscanf(text, "%4d-%2d-%2d %2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6)
+        return false;
+    const char *p = text + n;
+    int64_t frac = 0;
+    if (*p == '.') {
+        int digits = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+            if (digits < 6)
+                frac = frac * 10 + (*p - '0');
+        for (; digits < 6; digits++)
+            frac *= 10;
+    }
+    int sign = 0, oh = 0, om = 0, os = 0;
+    if (*p == '+' || *p == '-') {
+        sign = *p == '-' ? -1 : 1;
+        if (sscanf(p + 1, "%2d:%2d:%2d", &oh, &om, &os) < 1)
+            return false;
+    }
+    struct tm tm = {.tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d,
+                    .tm_hour = h, .tm_min = mi, .tm_sec = sec};
+    int64_t t = (int64_t)timegm(&tm) - sign * (oh * 3600 + om * 60 + os);
+    *us = t * 1000000 + frac;
+    return true;
+}
+
+/* Copies the listed strings into one block; *dst[i] receive pointers into it. */
+static char *pack(size_t n, const char *const *src, const size_t *lens, const char **dst)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += (src[i] ? lens[i] + 1 : 0);
+    char *block = pb_malloc(total ? total : 1);
+    char *p = block;
+    for (size_t i = 0; i < n; i++) {
+        if (!src[i]) {
+            dst[i] = NULL;
+            continue;
+        }
+        memcpy(p, src[i], lens[i]);
+        p[lens[i]] = '\0';
+        dst[i] = p;
+        p += lens[i] + 1;
+    }
+    return block;
+}
+
+pb_status_t pb_cdc_event_from_insert(const pb_cdc_outbox_map_t *map, const pb_pgo_msg_t *ins,
+                                     pb_cdc_event_t *out, pb_error_t *err)
+{
+    const pb_pgo_value_t *c = ins->u.insert.cols;
+    int ncols = ins->u.insert.ncols;
+    int idx[8] = {map->event_id, map->aggregate_type, map->aggregate_id, map->event_type,
+                  map->payload, map->headers, map->destination, map->id};
+    const char *src[8];
+    size_t lens[8];
+    for (int i = 0; i < 8; i++) {
+        bool present = idx[i] >= 0 && idx[i] < ncols && c[idx[i]].data;
+        src[i] = present ? c[idx[i]].data : NULL;
+        lens[i] = present ? c[idx[i]].len : 0;
+        if (i < 5 && !present)
+            return pb_fail(err, PB_FATAL, "outbox row without a value in a required column");
+    }
+    memset(out, 0, sizeof *out);
+    const char *dst[8];
+    out->block = pack(8, src, lens, dst);
+    pb_event_t *ev = &out->ev;
+    ev->event_id = dst[0];
+    ev->aggregate_type = dst[1];
+    ev->aggregate_id = dst[2];
+    ev->event_type = dst[3];
+    ev->payload = dst[4];
+    ev->payload_len = lens[4];
+    ev->headers = dst[5];
+    ev->destination = dst[6];
+    ev->id = strtoll(dst[7] ? dst[7] : "0", NULL, 10);
+    if (map->created_at >= 0 && map->created_at < ncols && c[map->created_at].data) {
+        int64_t us;
+        if (pb_parse_timestamptz(c[map->created_at].data, c[map->created_at].len, &us))
+            ev->created_at_us = us;
+    }
+    if (map->attempts >= 0 && map->attempts < ncols && c[map->attempts].data)
+        ev->attempts = atoi(c[map->attempts].data);
+    return PB_OK;
+}
+
+static const char *json_text(json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+pb_status_t pb_cdc_event_from_message(const char *content, size_t len, pb_cdc_event_t *out,
+                                      pb_error_t *err)
+{
+    json_error_t jerr;
+    json_t *obj = json_loadb(content, len, 0, &jerr);
+    if (!obj || !json_is_object(obj)) {
+        json_decref(obj);
+        return pb_fail(err, PB_FATAL, "logical message is not a postbox event (%s)",
+                       obj ? "not an object" : jerr.text);
+    }
+    const char *fields[4] = {json_text(obj, "event_id"), json_text(obj, "aggregate_type"),
+                             json_text(obj, "aggregate_id"), json_text(obj, "event_type")};
+    json_t *payload = json_object_get(obj, "payload");
+    if (!fields[0] || !fields[1] || !fields[2] || !fields[3] || !payload) {
+        json_decref(obj);
+        return pb_fail(err, PB_FATAL, "logical message lacks event_id, aggregate_type, "
+                                      "aggregate_id, event_type or payload");
+    }
+    json_t *headers = json_object_get(obj, "headers");
+    char *payload_text = json_dumps(payload, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *headers_text = json_is_object(headers) ? json_dumps(headers, JSON_COMPACT) : NULL;
+    const char *src[7] = {fields[0], fields[1], fields[2], fields[3], payload_text, headers_text,
+                          json_text(obj, "destination")};
+    size_t lens[7];
+    for (int i = 0; i < 7; i++)
+        lens[i] = src[i] ? strlen(src[i]) : 0;
+    memset(out, 0, sizeof *out);
+    const char *dst[7];
+    out->block = pack(7, src, lens, dst);
+    pb_event_t *ev = &out->ev;
+    ev->event_id = dst[0];
+    ev->aggregate_type = dst[1];
+    ev->aggregate_id = dst[2];
+    ev->event_type = dst[3];
+    ev->payload = dst[4];
+    ev->payload_len = lens[4];
+    ev->headers = dst[5];
+    ev->destination = dst[6];
+    json_t *created = json_object_get(obj, "created_at_us");
+    ev->created_at_us = json_is_integer(created) ? (int64_t)json_integer_value(created) : 0;
+    free(payload_text);
+    free(headers_text);
+    json_decref(obj);
+    return PB_OK;
+}
+
+void pb_cdc_event_free(pb_cdc_event_t *e)
+{
+    if (!e)
+        return;
+    free(e->block);
+    e->block = NULL;
+}

@@ -1,0 +1,483 @@
+/* The relay with cdc capture: events come from the logical replication stream instead of a
+ * polling query. Batches are cut from the stream, published, and only when every event of a
+ * transaction is confirmed by the broker (or dead-lettered) is the transaction's end LSN
+ * confirmed to PostgreSQL. A crash anywhere replays from the last confirmed position:
+ * duplicates are possible, losses are not.
+ *
+ * A failed publish blocks the stream: the failed events are retried with backoff (the rest of
+ * the batch is confirmed already) and dead-lettered after relay.max_attempts, then the stream
+ * moves on. Per-aggregate order thus holds for everything after the failure. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cdc/events.h"
+#include "cdc/pgoutput.h"
+#include "cdc/stream.h"
+#include "common/backoff.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/str.h"
+#include "relay/relay.h"
+#include "relay/support.h"
+#include "store/dead_letters.h"
+#include "store/pg.h"
+
+#define FAC "relay.cdc"
+#define IDLE_TICK_MS 1000
+#define STATS_INTERVAL_MS 10000
+#define DRAIN_PREFIX "postbox-drain"
+
+typedef struct cdc_relay {
+    const pb_config_t *cfg;
+    const pb_relay_opts_t *opts;
+    volatile sig_atomic_t *stop;
+    PGconn *conn; /* ordinary connection: marks, dead letters, lag */
+    pb_cdc_stream_t stream;
+    bool streaming;
+    bool said_standby;
+    pb_pgo_decoder_t dec;
+    pb_cdc_outbox_map_t map;
+    bool have_map;
+    pb_sink_t *snk;
+    bool sink_up;
+    int sink_attempt;
+    /* the batch being cut from the stream */
+    pb_cdc_event_t *batch;
+    pb_event_t *events; /* flat copies for the sink */
+    pb_result_t *results;
+    int *attempts;
+    size_t n, cap;
+    bool in_txn;
+    uint64_t last_commit_end; /* end LSN of the last Commit read */
+    bool drain_marker_sent, drain_marker_seen;
+    pb_buf_t ids;
+    uint64_t published, retried, dead, stats_published;
+    int64_t stats_at, lag_at;
+} cdc_relay_t;
+
+static void clear_batch(cdc_relay_t *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        pb_cdc_event_free(&r->batch[i]);
+    r->n = 0;
+}
+
+static void close_stream(cdc_relay_t *r)
+{
+    if (r->streaming)
+        pb_cdc_stream_close(&r->stream);
+    r->streaming = false;
+    pb_pgo_decoder_free(&r->dec);
+    pb_pgo_decoder_init(&r->dec);
+    r->have_map = false;
+    r->in_txn = false;
+    clear_batch(r); /* everything unconfirmed is sent again by the server */
+}
+
+static void drop_conn(cdc_relay_t *r)
+{
+    PQfinish(r->conn);
+    r->conn = NULL;
+}
+
+static pb_status_t exec(cdc_relay_t *r, const char *sql, pb_error_t *err)
+{
+    return pb_pg_exec(r->conn, sql, err);
+}
+
+static pb_status_t connect_conn(cdc_relay_t *r, pb_error_t *err)
+{
+    pb_status_t st = pb_pg_connect_retry(r->cfg->postgres_dsn, r->cfg->relay_reconnect_cap,
+                                         r->stop, &r->conn, err);
+    if (st != PB_OK)
+        return st;
+    /* the trigger that keeps the outbox empty follows the configuration */
+    st = r->cfg->cdc_delete_after_insert
+             ? exec(r, "CREATE OR REPLACE TRIGGER outbox_cdc_delete AFTER INSERT ON postbox.outbox "
+                       "FOR EACH ROW EXECUTE FUNCTION postbox.delete_inserted_row()", err)
+             : exec(r, "SET client_min_messages = warning; "
+                       "DROP TRIGGER IF EXISTS outbox_cdc_delete ON postbox.outbox", err);
+    if (st != PB_OK) {
+        if (strstr(err->msg, "does not exist"))
+            pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
+        drop_conn(r);
+    }
+    return st;
+}
+
+static pb_status_t open_stream(cdc_relay_t *r, pb_error_t *err)
+{
+    pb_status_t st = pb_cdc_stream_open(&r->stream, r->cfg, err);
+    if (st == PB_OK) {
+        r->streaming = true;
+        r->said_standby = false;
+        return PB_OK;
+    }
+    if (r->stream.in_use_elsewhere) {
+        if (!r->said_standby)
+            log_info(FAC, "slot \"%s\" is streamed by another relay; standing by", r->cfg->cdc_slot);
+        r->said_standby = true;
+        pb_nap(r->stop, r->cfg->relay_poll_interval);
+        return PB_TRANSIENT;
+    }
+    if (st == PB_TRANSIENT) {
+        log_warn(FAC, "waiting for the replication stream: %s", err->msg);
+        pb_nap(r->stop, 1000);
+    }
+    return st;
+}
+
+static void append(cdc_relay_t *r, pb_cdc_event_t *e)
+{
+    if (r->n == r->cap) {
+        r->cap = r->cap ? r->cap * 2 : 256;
+        r->batch = pb_realloc(r->batch, r->cap * sizeof *r->batch);
+        r->events = pb_realloc(r->events, r->cap * sizeof *r->events);
+        r->results = pb_realloc(r->results, r->cap * sizeof *r->results);
+        r->attempts = pb_realloc(r->attempts, r->cap * sizeof *r->attempts);
+    }
+    r->batch[r->n] = *e;
+    r->attempts[r->n] = e->ev.attempts;
+    r->n++;
+}
+
+/* Feeds one decoded message into the batch. */
+static pb_status_t on_message(cdc_relay_t *r, const pb_pgo_msg_t *m, pb_error_t *err)
+{
+    pb_cdc_event_t e;
+    pb_status_t st;
+    switch (m->kind) {
+    case PB_PGO_BEGIN:
+        r->in_txn = true;
+        return PB_OK;
+    case PB_PGO_COMMIT:
+        r->in_txn = false;
+        r->last_commit_end = m->u.commit.end_lsn;
+        return PB_OK;
+    case PB_PGO_RELATION: {
+        const pb_pgo_relation_t *rel = pb_pgo_relation_lookup(&r->dec, m->u.relation.relid);
+        if (!rel || strcmp(rel->nspname, "postbox") != 0 || strcmp(rel->relname, "outbox") != 0)
+            return PB_OK;
+        if ((st = pb_cdc_outbox_map(rel, &r->map, err)) != PB_OK)
+            return st;
+        r->have_map = true;
+        log_debug(FAC, "postbox.outbox described: %u columns", rel->ncols);
+        return PB_OK;
+    }
+    case PB_PGO_INSERT:
+        if (!r->have_map || m->u.insert.relid != r->map.relid)
+            return PB_OK;
+        if ((st = pb_cdc_event_from_insert(&r->map, m, &e, err)) != PB_OK)
+            return st;
+        append(r, &e);
+        return PB_OK;
+    case PB_PGO_MESSAGE:
+        if (strcmp(m->u.message.prefix, DRAIN_PREFIX) == 0) {
+            r->drain_marker_seen = r->drain_marker_sent;
+            return PB_OK;
+        }
+        if (strcmp(m->u.message.prefix, r->cfg->cdc_message_prefix) != 0)
+            return PB_OK;
+        if (!m->u.message.transactional) {
+            log_warn(FAC, "ignoring a non-transactional \"%s\" message: it is not tied to a "
+                          "commit (use postbox.emit)", m->u.message.prefix);
+            return PB_OK;
+        }
+        if (pb_cdc_event_from_message(m->u.message.content, m->u.message.len, &e, err) != PB_OK) {
+            log_warn(FAC, "skipping a malformed \"%s\" message: %s", m->u.message.prefix, err->msg);
+            return PB_OK;
+        }
+        append(r, &e);
+        return PB_OK;
+    default:
+        return PB_OK;
+    }
+}
+
+/* Reads from the stream into the batch: waits up to wait_ms for the first message, then takes
+ * what is already there without waiting, up to the batch size. */
+static pb_status_t fill(cdc_relay_t *r, int64_t wait_ms, pb_error_t *err)
+{
+    size_t limit = (size_t)r->cfg->relay_batch_size;
+    int64_t timeout = wait_ms;
+    while (r->n < limit && !*r->stop) {
+        const char *data;
+        size_t len;
+        pb_status_t st = pb_cdc_stream_read(&r->stream, timeout, &data, &len, err);
+        if (st != PB_OK)
+            return st;
+        if (len == 0)
+            return PB_OK;
+        pb_pgo_msg_t m;
+        if ((st = pb_pgo_decode(&r->dec, data, len, &m, err)) != PB_OK ||
+            (st = on_message(r, &m, err)) != PB_OK)
+            return st == PB_FATAL && strstr(err->msg, "pgoutput") ? PB_TRANSIENT : st;
+        timeout = 0;
+    }
+    return PB_OK;
+}
+
+static void reject_aggregate_rest(cdc_relay_t *r, size_t from)
+{
+    /* later events of a dead-lettered event's aggregate wait for the next round */
+    const pb_event_t *a = &r->events[from];
+    for (size_t j = from + 1; j < r->n; j++)
+        if (r->results[j].outcome == PB_OUT_UNTRIED &&
+            strcmp(r->events[j].aggregate_id, a->aggregate_id) == 0 &&
+            strcmp(r->events[j].aggregate_type, a->aggregate_type) == 0)
+            r->results[j].outcome = PB_OUT_HELD;
+}
+
+static pb_status_t dead_letter(cdc_relay_t *r, size_t i, const char *reason, pb_error_t *err)
+{
+    log_warn(FAC, "event %s (%s) dead-lettered: %s", r->events[i].event_id, r->events[i].event_type,
+             reason);
+    pb_status_t st = pb_dead_letter_event(r->conn, &r->events[i], r->attempts[i], reason, err);
+    if (st == PB_OK) {
+        r->dead++;
+        r->results[i].outcome = PB_OUT_PUBLISHED; /* done with: the stream may move past it */
+    }
+    return st;
+}
+
+/* Publishes the batch until every event is confirmed or dead-lettered. */
+static pb_status_t publish_batch(cdc_relay_t *r, pb_error_t *err)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        r->events[i] = r->batch[i].ev;
+        r->results[i].outcome = PB_OUT_UNTRIED;
+        r->results[i].error[0] = '\0';
+    }
+    pb_status_t st;
+    for (int round = 1;; round++) {
+        /* events the sink can never take: dead letters before anything is sent */
+        for (size_t i = 0; i < r->n; i++) {
+            if (r->results[i].outcome != PB_OUT_UNTRIED || !r->snk->ops->check ||
+                r->snk->ops->check(r->snk, &r->events[i], &r->results[i]))
+                continue;
+            r->attempts[i]++;
+            char reason[sizeof r->results[i].error];
+            snprintf(reason, sizeof reason, "%s", r->results[i].error);
+            if ((st = dead_letter(r, i, reason, err)) != PB_OK)
+                return st;
+            reject_aggregate_rest(r, i);
+        }
+        if (!r->sink_up) {
+            if ((st = pb_connect_sink(r->snk, &r->sink_attempt, r->cfg->relay_reconnect_cap,
+                                      r->stop, err)) != PB_OK)
+                return st;
+            r->sink_up = true;
+        }
+        pb_error_t sink_err;
+        if (r->snk->ops->publish(r->snk, r->events, r->n, r->results, &sink_err) != PB_OK) {
+            log_warn(FAC, "%s broker connection lost: %s", r->snk->ops->name, sink_err.msg);
+            r->sink_up = false;
+        }
+        size_t failed = 0, published = 0;
+        int worst = 0;
+        for (size_t i = 0; i < r->n; i++) {
+            pb_result_t *res = &r->results[i];
+            if (res->outcome == PB_OUT_REJECT || res->outcome == PB_OUT_RETRY) {
+                r->attempts[i]++;
+                bool give_up = res->outcome == PB_OUT_REJECT ||
+                               r->attempts[i] >= r->cfg->relay_max_attempts;
+                if (give_up) {
+                    char reason[sizeof res->error + 64];
+                    snprintf(reason, sizeof reason, "%s%s",
+                             res->outcome == PB_OUT_RETRY ? "gave up: " : "", res->error);
+                    if ((st = dead_letter(r, i, reason, err)) != PB_OK)
+                        return st;
+                    continue;
+                }
+                log_warn(FAC, "publish of event %s (%s, attempt %d) failed: %s",
+                         r->events[i].event_id, r->events[i].event_type, r->attempts[i], res->error);
+                res->outcome = PB_OUT_UNTRIED;
+                r->retried++;
+                failed++;
+                if (r->attempts[i] > worst)
+                    worst = r->attempts[i];
+            } else if (res->outcome == PB_OUT_HELD) {
+                res->outcome = PB_OUT_UNTRIED; /* its predecessor is settled now */
+                failed++;
+            } else if (res->outcome == PB_OUT_PUBLISHED && round == 1) {
+                published++;
+            }
+        }
+        r->published += published;
+        if (failed == 0)
+            return PB_OK;
+        /* wait, keeping the replication connection alive with status updates */
+        int64_t until = pb_monotonic_ms() +
+                        pb_backoff_ms(worst ? worst : 1, r->cfg->relay_backoff_base,
+                                      r->cfg->relay_backoff_cap, pb_random_unit());
+        while (!*r->stop && pb_monotonic_ms() < until) {
+            pb_nap(r->stop, 500);
+            if ((st = pb_cdc_stream_confirm(&r->stream, r->stream.confirmed_lsn, err)) != PB_OK)
+                return st;
+        }
+        if (*r->stop)
+            return pb_fail(err, PB_TRANSIENT, "stopped while retrying (the batch is sent again at the next start)");
+    }
+}
+
+/* Marks the table events of the finished batch published (one statement). */
+static pb_status_t mark_published(cdc_relay_t *r, pb_error_t *err)
+{
+    if (!r->cfg->cdc_mark_published)
+        return PB_OK;
+    pb_buf_reset(&r->ids);
+    pb_buf_putc(&r->ids, '{');
+    size_t k = 0;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->events[i].id > 0)
+            pb_buf_printf(&r->ids, "%s%lld", k++ ? "," : "", (long long)r->events[i].id);
+    pb_buf_putc(&r->ids, '}');
+    if (k == 0)
+        return PB_OK;
+    const char *params[1] = {r->ids.data};
+    PGresult *res = PQexecParams(r->conn,
+                                 "UPDATE postbox.outbox SET published_at = now() "
+                                 "WHERE id = ANY($1::bigint[]) AND published_at IS NULL",
+                                 1, NULL, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(r->conn, res, PGRES_COMMAND_OK, "mark published", err);
+    if (st == PB_OK)
+        PQclear(res);
+    return st;
+}
+
+static void measure_lag(cdc_relay_t *r)
+{
+    int64_t now = pb_monotonic_ms();
+    if (now - r->lag_at < r->cfg->cdc_lag_interval)
+        return;
+    r->lag_at = now;
+    const char *params[1] = {r->cfg->cdc_slot};
+    PGresult *res = PQexecParams(r->conn,
+                                 "SELECT pg_current_wal_lsn() - confirmed_flush_lsn "
+                                 "FROM pg_replication_slots WHERE slot_name = $1",
+                                 1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+        log_info(FAC, "slot \"%s\" lag: %s bytes behind the current WAL position",
+                 r->cfg->cdc_slot, PQgetvalue(res, 0, 0));
+    PQclear(res);
+}
+
+static void log_stats(cdc_relay_t *r, bool force)
+{
+    int64_t now = pb_monotonic_ms();
+    if (!force && now - r->stats_at < STATS_INTERVAL_MS)
+        return;
+    uint64_t delta = r->published - r->stats_published;
+    if (delta || force)
+        log_info(FAC, "published %llu events in %.1f s (%.0f/s); totals: published %llu, retried %llu, dead-lettered %llu",
+                 (unsigned long long)delta, (double)(now - r->stats_at) / 1000.0,
+                 now > r->stats_at ? (double)delta * 1000.0 / (double)(now - r->stats_at) : 0.0,
+                 (unsigned long long)r->published, (unsigned long long)r->retried,
+                 (unsigned long long)r->dead);
+    r->stats_published = r->published;
+    r->stats_at = now;
+}
+
+/* One round: cut a batch from the stream, publish it, confirm. *idle when nothing came. */
+static pb_status_t step(cdc_relay_t *r, bool *idle, pb_error_t *err)
+{
+    pb_status_t st = fill(r, IDLE_TICK_MS, err);
+    if (st != PB_OK)
+        return st;
+    *idle = r->n == 0;
+    if (r->n == 0) {
+        /* nothing pending and between transactions: let the server forget what it has sent,
+         * or a quiet outbox on a busy database would hold WAL forever */
+        uint64_t safe = r->in_txn ? r->last_commit_end : r->stream.keepalive_end;
+        if (safe < r->last_commit_end)
+            safe = r->last_commit_end;
+        return pb_cdc_stream_confirm(&r->stream, safe, err);
+    }
+    /* what the batch covers up to its last complete transaction */
+    uint64_t confirmable = r->last_commit_end;
+    if ((st = publish_batch(r, err)) != PB_OK || (st = mark_published(r, err)) != PB_OK)
+        return st;
+    for (size_t i = 0; i < r->n; i++)
+        log_debug(FAC, "published event %s (%s) %.1f ms after its commit", r->events[i].event_id,
+                  r->events[i].event_type,
+                  (double)(pb_wall_us() - r->events[i].created_at_us) / 1000.0);
+    clear_batch(r);
+    return pb_cdc_stream_confirm(&r->stream, confirmable, err);
+}
+
+/* --drain: writes a marker into the WAL; once the stream reaches it, everything committed
+ * before it has been relayed. */
+static bool drained(cdc_relay_t *r)
+{
+    if (r->drain_marker_seen && !r->in_txn && r->n == 0)
+        return true;
+    if (!r->drain_marker_sent) {
+        PGresult *res = PQexec(r->conn, "SELECT pg_logical_emit_message(true, '" DRAIN_PREFIX "', '')");
+        r->drain_marker_sent = PQresultStatus(res) == PGRES_TUPLES_OK;
+        PQclear(res);
+    }
+    return false;
+}
+
+pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts,
+                             volatile sig_atomic_t *stop, pb_error_t *err)
+{
+    cdc_relay_t r = {.cfg = cfg, .opts = opts, .stop = stop};
+    pb_pgo_decoder_init(&r.dec);
+    pb_status_t st = pb_sink_new(cfg, &r.snk, err);
+    if (st != PB_OK)
+        return st;
+    r.stats_at = pb_monotonic_ms();
+    while (!*stop) {
+        if (!r.conn && (st = connect_conn(&r, err)) != PB_OK) {
+            if (st == PB_FATAL)
+                break;
+            continue;
+        }
+        if (!r.sink_up) {
+            close_stream(&r); /* no confirms while the broker is away: replay afterwards */
+            if ((st = pb_connect_sink(r.snk, &r.sink_attempt, cfg->relay_reconnect_cap, stop,
+                                      err)) != PB_OK) {
+                if (st == PB_FATAL)
+                    break;
+                continue;
+            }
+            r.sink_up = true;
+        }
+        if (!r.streaming && (st = open_stream(&r, err)) != PB_OK) {
+            if (st == PB_FATAL)
+                break;
+            continue;
+        }
+        bool idle = false;
+        st = step(&r, &idle, err);
+        if (st == PB_FATAL)
+            break;
+        if (st == PB_TRANSIENT) {
+            log_warn(FAC, "%s; reconnecting", err->msg);
+            close_stream(&r);
+            if (PQstatus(r.conn) != CONNECTION_OK)
+                drop_conn(&r);
+            continue;
+        }
+        measure_lag(&r);
+        log_stats(&r, false);
+        if (idle && opts->drain && drained(&r)) {
+            log_info(FAC, "stream drained");
+            break;
+        }
+    }
+    if (st != PB_FATAL)
+        st = PB_OK;
+    log_stats(&r, true);
+    close_stream(&r);
+    drop_conn(&r);
+    pb_pgo_decoder_free(&r.dec);
+    pb_sink_free(r.snk);
+    free(r.batch);
+    free(r.events);
+    free(r.results);
+    free(r.attempts);
+    pb_buf_free(&r.ids);
+    return st;
+}
