@@ -17,11 +17,13 @@ typedef struct pb_cli {
     bool drain;                  /* relay --drain */
     bool reference;              /* config --reference */
     bool sample;                 /* config --sample */
+    const char *subcommand;      /* second word, for commands that have them (cdc drop-slot) */
     volatile sig_atomic_t *stop; /* set by SIGTERM / SIGINT */
 } pb_cli_t;
 
 int pb_cmd_init(pb_cli_t *cli);
 int pb_cmd_relay(pb_cli_t *cli);
 int pb_cmd_consume(pb_cli_t *cli);
+int pb_cmd_cdc(pb_cli_t *cli);
 
 #endif

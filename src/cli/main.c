@@ -44,6 +44,8 @@ static void usage(FILE *out)
           "  consume         read a queue and run each message's SQL handler exactly once in\n"
           "                  effect (inbox), until SIGTERM/SIGINT\n"
           "      --drain     exit 0 once the queue is empty\n"
+          "  cdc drop-slot   remove the cdc replication slot and publication (refused while a\n"
+          "                  relay streams it)\n"
           "  config          print the effective configuration (secrets hidden)\n"
           "      --reference list every option with its default, environment variable and meaning\n"
           "      --sample    print a commented INI file with every option at its default\n"
@@ -131,6 +133,8 @@ int main(int argc, char **argv)
             goto out;
         } else if (!command) {
             command = a;
+        } else if (!cli.subcommand) {
+            cli.subcommand = a;
         } else {
             fprintf(stderr, "postbox: unexpected argument \"%s\" (see postbox --help)\n", a);
             goto out;
@@ -147,6 +151,11 @@ int main(int argc, char **argv)
             pb_config_write_reference(stdout);
         }
         rc = help ? PB_EXIT_OK : PB_EXIT_USAGE;
+        goto out;
+    }
+
+    if (cli.subcommand && strcmp(command, "cdc") != 0 && strcmp(command, "dlq") != 0) {
+        fprintf(stderr, "postbox: unexpected argument \"%s\" (see postbox --help)\n", cli.subcommand);
         goto out;
     }
 
@@ -177,6 +186,8 @@ int main(int argc, char **argv)
         rc = pb_cmd_relay(&cli);
     } else if (strcmp(command, "consume") == 0) {
         rc = pb_cmd_consume(&cli);
+    } else if (strcmp(command, "cdc") == 0) {
+        rc = pb_cmd_cdc(&cli);
     } else if (strcmp(command, "config") == 0) {
         if (cli.reference)
             pb_config_write_reference(stdout);
