@@ -46,6 +46,19 @@ static void usage(FILE *out)
           "      --drain     exit 0 once the queue is empty\n"
           "  cdc drop-slot   remove the cdc replication slot and publication (refused while a\n"
           "                  relay streams it)\n"
+          "  status          backlog, lag, dead letters, inbox counts, relay owner, slot lag\n"
+          "      --json      one JSON object instead of the table\n"
+          "      --max-backlog N, --max-lag DURATION, --max-dead N, --max-slot-lag BYTES\n"
+          "                  exit 1 when a figure crosses the threshold (a check)\n"
+          "  dlq [--inbox] list|show|replay|drop [filters]\n"
+          "                  dead letters of the outbox (postbox.dead_letters) or, with --inbox,\n"
+          "                  of the consumers (postbox.inbox_dead); filters: --id N,\n"
+          "                  --event-type T, --aggregate TYPE:ID, --consumer C, --since TIME,\n"
+          "                  --until TIME (timestamps or ages such as 2h), --limit N, --all;\n"
+          "                  replay/drop act in one transaction and print how many rows\n"
+          "  purge --older-than DURATION [--batch N] [--outbox-only|--inbox-only]\n"
+          "                  delete published outbox rows and handled inbox rows older than\n"
+          "                  DURATION in batches of short transactions\n"
           "  config          print the effective configuration (secrets hidden)\n"
           "      --reference list every option with its default, environment variable and meaning\n"
           "      --sample    print a commented INI file with every option at its default\n"
@@ -77,6 +90,13 @@ static int apply_setting(pb_config_t *cfg, const char *name, const char *value)
     return 0;
 }
 
+/* Commands that take arguments of their own: main passes every argument it does not know on. */
+static bool has_own_args(const char *command)
+{
+    return strcmp(command, "status") == 0 || strcmp(command, "dlq") == 0 ||
+           strcmp(command, "purge") == 0;
+}
+
 int main(int argc, char **argv)
 {
     pb_cli_t cli = {.stop = &stop_requested};
@@ -87,7 +107,8 @@ int main(int argc, char **argv)
     bool help = false;
     int rc = PB_EXIT_USAGE;
 
-    if (!settings)
+    cli.args = calloc((size_t)argc, sizeof *cli.args);
+    if (!settings || !cli.args)
         return PB_EXIT_FAILURE;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -128,6 +149,8 @@ int main(int argc, char **argv)
             cli.reference = true;
         } else if (strcmp(a, "--sample") == 0) {
             cli.sample = true;
+        } else if (command && has_own_args(command)) {
+            cli.args[cli.n_args++] = argv[i];
         } else if (a[0] == '-') {
             fprintf(stderr, "postbox: unknown option \"%s\" (see postbox --help)\n", a);
             goto out;
@@ -188,6 +211,12 @@ int main(int argc, char **argv)
         rc = pb_cmd_consume(&cli);
     } else if (strcmp(command, "cdc") == 0) {
         rc = pb_cmd_cdc(&cli);
+    } else if (strcmp(command, "status") == 0) {
+        rc = pb_cmd_status(&cli);
+    } else if (strcmp(command, "dlq") == 0) {
+        rc = pb_cmd_dlq(&cli);
+    } else if (strcmp(command, "purge") == 0) {
+        rc = pb_cmd_purge(&cli);
     } else if (strcmp(command, "config") == 0) {
         if (cli.reference)
             pb_config_write_reference(stdout);
@@ -203,5 +232,6 @@ out_cfg:
     pb_config_free(&cli.cfg);
 out:
     free(settings);
+    free(cli.args);
     return rc;
 }

@@ -34,13 +34,37 @@ bool pb_log_set_format(const char *name)
     return true;
 }
 
-void pb_log_write(pb_log_level_t level, const char *fac, const char *fmt, ...)
+/* Text-format value: bare when it has no space, quote or '=', else quoted with \" escapes. */
+static void text_value(char *out, size_t outsz, const char *v)
+{
+    if (!v) {
+        snprintf(out, outsz, "-");
+        return;
+    }
+    if (*v && !strpbrk(v, " \t\"=\n")) {
+        snprintf(out, outsz, "%s", v);
+        return;
+    }
+    size_t o = 0;
+    if (o + 1 < outsz)
+        out[o++] = '"';
+    for (const char *p = v; *p && o + 3 < outsz; p++) {
+        if (*p == '"' || *p == '\\')
+            out[o++] = '\\';
+        out[o++] = *p == '\n' ? ' ' : *p;
+    }
+    if (o + 1 < outsz)
+        out[o++] = '"';
+    out[o] = '\0';
+}
+
+static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fields,
+                 const char *fmt, va_list ap) PB_PRINTF(4, 0);
+static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fields,
+                 const char *fmt, va_list ap)
 {
     char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
 
     struct timeval tv;
     gettimeofday(&tv, NULL);
@@ -51,11 +75,34 @@ void pb_log_write(pb_log_level_t level, const char *fac, const char *fmt, ...)
     snprintf(ts + n, sizeof ts - n, ".%03dZ", (int)(tv.tv_usec / 1000));
 
     if (!log_json) {
-        fprintf(stderr, "%s %-5s %s: %s\n", ts, level_names[level], fac, msg);
+        char extra[1024];
+        size_t e = 0;
+        extra[0] = '\0';
+        for (const pb_log_field_t *f = fields; f && f->key && e < sizeof extra; f++) {
+            char v[512];
+            if (f->kind == 2)
+                snprintf(v, sizeof v, "%.15g", f->num);
+            else
+                text_value(v, sizeof v, f->str);
+            int w = snprintf(extra + e, sizeof extra - e, " %s=%s", f->key, v);
+            if (w < 0)
+                break;
+            e += (size_t)w;
+        }
+        fprintf(stderr, "%s %-5s %s: %s%s\n", ts, level_names[level], fac, msg, extra);
         return;
     }
     json_t *obj = json_pack("{s:s, s:s, s:s, s:s}", "time", ts, "level", level_names[level],
                             "component", fac, "msg", msg);
+    for (const pb_log_field_t *f = fields; obj && f && f->key; f++) {
+        json_t *v;
+        if (f->kind == 2)
+            v = f->num == (double)(long long)f->num ? json_integer((json_int_t)f->num)
+                                                     : json_real(f->num);
+        else
+            v = f->str ? json_string(f->str) : json_null();
+        json_object_set_new(obj, f->key, v ? v : json_string("(unprintable)"));
+    }
     char *line = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
     if (line)
         fprintf(stderr, "%s\n", line);
@@ -64,6 +111,23 @@ void pb_log_write(pb_log_level_t level, const char *fac, const char *fmt, ...)
                 ts, level_names[level], fac);
     free(line);
     json_decref(obj);
+}
+
+void pb_log_write(pb_log_level_t level, const char *fac, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, fac, NULL, fmt, ap);
+    va_end(ap);
+}
+
+void pb_log_write_fields(pb_log_level_t level, const char *fac, const pb_log_field_t *fields,
+                         const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, fac, fields, fmt, ap);
+    va_end(ap);
 }
 
 void pb_redact_secret(const char *in, char *out, unsigned long outsz)

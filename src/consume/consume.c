@@ -7,6 +7,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "inbox/inbox.h"
+#include "metrics/metrics.h"
+#include "metrics/service.h"
 #include "source/source.h"
 #include "store/pg.h"
 
@@ -199,7 +201,14 @@ static pb_status_t consume_batch(consumer_t *c, bool *idle, pb_error_t *err)
         return PB_OK;
     }
     int64_t t_received = pb_monotonic_ms();
+    pb_inbox_counts_t before = c->counts;
     pb_status_t st = pb_inbox_handle(&c->ib, c->msgs, n, c->verdicts, &c->counts, err);
+    if (st == PB_OK) {
+        pb_metrics_batch(n);
+        pb_metrics_inbox(cfg->consume_consumer, c->counts.processed - before.processed,
+                         c->counts.duplicates - before.duplicates, c->counts.failed - before.failed,
+                         c->counts.dead - before.dead);
+    }
     log_debug(FAC, "batch of %zu handled in %lld ms", n, (long long)(pb_monotonic_ms() - t_received));
     if (st != PB_OK) {
         /* nothing committed: give the batch back now rather than when the connection drops */
@@ -231,8 +240,16 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
     c.msgs = pb_malloc(cap * sizeof *c.msgs);
     c.verdicts = pb_malloc(cap * sizeof *c.verdicts);
     c.stats_at = pb_monotonic_ms();
+    pb_ops_t *ops; /* /metrics, /healthz, /readyz; inbox retention purge */
+    if ((st = pb_ops_start(cfg, "consume", &ops, err)) != PB_OK) {
+        pb_source_free(c.src);
+        free(c.msgs);
+        free(c.verdicts);
+        return st;
+    }
 
     while (!*stop) {
+        pb_metrics_set_state(c.conn != NULL, c.src_up, c.conn != NULL && c.src_up);
         if (!c.conn && (st = connect_pg(&c, err)) != PB_OK) {
             if (st == PB_FATAL)
                 break;
@@ -260,6 +277,7 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
     if (st != PB_FATAL)
         st = PB_OK;
     log_stats(&c, true);
+    pb_ops_stop(ops);
     drop_pg(&c);
     pb_source_free(c.src);
     free(c.msgs);

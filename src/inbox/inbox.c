@@ -436,8 +436,12 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t
             break;
         case ST_DUP:
             counts->duplicates++;
-            log_info(FAC, "duplicate message %s (%s) acknowledged without running the handler",
-                     msgs[i].message_id, msgs[i].type ? msgs[i].type : "no type");
+            log_info_f(FAC,
+                       PB_FIELDS(PB_LF_STR("consumer", ib->cfg->consume_consumer),
+                                 PB_LF_STR("message_id", msgs[i].message_id),
+                                 PB_LF_STR("message_type", msgs[i].type)),
+                       "duplicate message %s (%s) acknowledged without running the handler",
+                       msgs[i].message_id, msgs[i].type ? msgs[i].type : "no type");
             break;
         case ST_NO_ID: {
             char why[160];
@@ -528,8 +532,12 @@ static pb_status_t handle_commit_first(pb_inbox_t *ib, const pb_message_t *msgs,
             return st;
         if (!fresh) {
             counts->duplicates++;
-            log_info(FAC, "duplicate message %s acknowledged without running the handler",
-                     m->message_id);
+            log_info_f(FAC,
+                       PB_FIELDS(PB_LF_STR("consumer", ib->cfg->consume_consumer),
+                                 PB_LF_STR("message_id", m->message_id),
+                                 PB_LF_STR("message_type", m->type)),
+                       "duplicate message %s acknowledged without running the handler",
+                       m->message_id);
             continue;
         }
         int handler = find_handler(ib, m->type);

@@ -20,6 +20,8 @@
 #include "common/log.h"
 #include "common/str.h"
 #include "relay/support.h"
+#include "metrics/metrics.h"
+#include "metrics/service.h"
 #include "sink/sink.h"
 #include "store/outbox.h"
 #include "store/pg.h"
@@ -256,8 +258,14 @@ static void plan(relay_t *rel, slot_t *s)
         if (r->outcome == PB_OUT_REJECT) {
             p->dead = true;
             p->reason = r->error;
-            log_warn(FAC, "event %s (%s) can never be published: %s; dead-lettered",
-                     events[i].event_id, events[i].event_type, r->error);
+            pb_metrics_publish_failed(rel->snk->ops->name, events[i].event_type, true);
+            log_warn_f(FAC,
+                       PB_FIELDS(PB_LF_STR("event_id", events[i].event_id),
+                                 PB_LF_STR("event_type", events[i].event_type),
+                                 PB_LF_NUM("attempt", events[i].attempts + 1),
+                                 PB_LF_STR("error", r->error)),
+                       "event %s (%s) can never be published: %s; dead-lettered",
+                       events[i].event_id, events[i].event_type, r->error);
         } else if (r->outcome == PB_OUT_RETRY) {
             int attempt = events[i].attempts + 1;
             if (attempt >= cfg->relay_max_attempts) {
@@ -269,12 +277,22 @@ static void plan(relay_t *rel, slot_t *s)
                 p->retry_delay_ms = pb_backoff_ms(attempt, cfg->relay_backoff_base,
                                                   cfg->relay_backoff_cap, pb_random_unit());
             }
-            log_warn(FAC, "publish of event %s (%s, attempt %d) failed: %s%s", events[i].event_id,
-                     events[i].event_type, attempt, r->error, p->dead ? "; dead-lettered" : "");
+            pb_metrics_publish_failed(rel->snk->ops->name, events[i].event_type, p->dead);
+            log_warn_f(FAC,
+                       PB_FIELDS(PB_LF_STR("event_id", events[i].event_id),
+                                 PB_LF_STR("event_type", events[i].event_type),
+                                 PB_LF_NUM("attempt", attempt), PB_LF_STR("error", r->error)),
+                       "publish of event %s (%s, attempt %d) failed: %s%s", events[i].event_id,
+                       events[i].event_type, attempt, r->error, p->dead ? "; dead-lettered" : "");
         } else if (r->outcome == PB_OUT_PUBLISHED) {
-            log_debug(FAC, "published event %s (%s) %.1f ms after its commit", events[i].event_id,
-                      events[i].event_type,
-                      (double)(pb_wall_us() - events[i].created_at_us) / 1000.0);
+            double delay_ms = (double)(pb_wall_us() - events[i].created_at_us) / 1000.0;
+            pb_metrics_published(rel->snk->ops->name, events[i].event_type, delay_ms / 1000.0);
+            log_debug_f(FAC,
+                        PB_FIELDS(PB_LF_STR("event_id", events[i].event_id),
+                                  PB_LF_STR("event_type", events[i].event_type),
+                                  PB_LF_NUM("delay_ms", delay_ms)),
+                        "published event %s (%s) %.1f ms after its commit", events[i].event_id,
+                        events[i].event_type, delay_ms);
         }
     }
 }
@@ -369,6 +387,7 @@ static pb_status_t relay_step(relay_t *rel, bool *idle, pb_error_t *err)
     if (threaded)
         pthread_join(worker, NULL);
     plan(rel, cur);
+    pb_metrics_batch(cur->ob.n_events);
     cur->to_settle = true;
     remember_unclean(rel, cur);
     add_counts(rel, &job.counts);
@@ -431,8 +450,15 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
     }
     rel.rejected = pb_malloc(cap * sizeof *rel.rejected);
     rel.stats_at = pb_monotonic_ms();
+    pb_ops_t *ops; /* /metrics, /healthz, /readyz; backlog sampling and retention purge */
+    if ((st = pb_ops_start(cfg, "relay", &ops, err)) != PB_OK) {
+        relay_free(&rel);
+        return st;
+    }
 
     while (!*stop) {
+        /* connected and holding the relay lock once slot 0 is connected (connect_pg) */
+        pb_metrics_set_state(rel.slots[0].conn != NULL, rel.sink_up, rel.slots[0].conn != NULL);
         if (!rel.slots[0].conn && (st = connect_pg(&rel, err)) != PB_OK) {
             if (st == PB_FATAL)
                 break;
@@ -484,6 +510,7 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
     if (st != PB_FATAL)
         st = PB_OK;
     log_stats(&rel, true);
+    pb_ops_stop(ops);
     relay_free(&rel);
     return st;
 }

@@ -55,6 +55,7 @@ pb_status_t pb_sink_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err
 
 /* Constructors, one per implementation file. */
 pb_status_t pb_sink_amqp_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err) PB_MUSTCHECK;
+pb_status_t pb_sink_nats_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err) PB_MUSTCHECK;
 pb_status_t pb_sink_stdout_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err) PB_MUSTCHECK;
 
 static inline void pb_sink_free(pb_sink_t *snk)

@@ -4,9 +4,9 @@
 # balance. 20,000 events over 200 accounts with varied amounts are enqueued in 10 producer
 # transactions while the relay and the consumer run, with 4 rolled-back producer transactions
 # (amounts of 1,000,000, which must never take effect) in between. Meanwhile the relay is killed
-# with SIGKILL 5 times, the consumer 5 times (each restarted at once), and RabbitMQ is stopped
-# and started once (durable queue, persistent messages). At the end: nothing pending, queue empty,
-# every balance equals the sum of its account's committed events (from postbox.outbox), the inbox
+# with SIGKILL 7 times, the consumer 8 times (restarted at once), and RabbitMQ is stopped and
+# started once while the queue holds messages (durable queue, persistent messages). At the end:
+# nothing pending, queue empty, every balance equals the sum of its account's committed events (from postbox.outbox), the inbox
 # holds each committed event exactly once, and the consumers' logs show the duplicates the inbox
 # absorbed (relay republishes and redeliveries); at least one is required (forced by hand when
 # the run produced none).
@@ -17,10 +17,12 @@ export POSTBOX_AMQP_QUEUE=$PB_QUEUE POSTBOX_CONSUME_CONSUMER=balances
 export POSTBOX_CONSUME_HANDLER="INSERT INTO balance (account, amount)
     VALUES (\$1::jsonb->>'account', (\$1::jsonb->>'amount')::bigint)
     ON CONFLICT (account) DO UPDATE SET amount = balance.amount + EXCLUDED.amount"
-# quick reconnects after the broker restart (the consumer uses relay.reconnect_cap too)
-export POSTBOX_RELAY_RECONNECT_CAP=2s
+# quick reconnects after the broker restart (the consumer uses relay.reconnect_cap too), and quick
+# retries of the events whose publish failed in the restart (they hold back their account's
+# later events, which keep their order)
+export POSTBOX_RELAY_RECONNECT_CAP=2s POSTBOX_RELAY_BACKOFF_BASE=200ms POSTBOX_RELAY_BACKOFF_CAP=2s
 N_ACC=200 N_TX=10 PER_TX=2000 ROLLBACK_PER_TX=500
-RELAY_BATCH=100
+RELAY_BATCH=50
 total=$((N_TX * PER_TX))
 CONSUMER_LOG=$PB_TMP/consumer.log
 : >"$CONSUMER_LOG"
@@ -72,50 +74,67 @@ setup_queue '#'
 start_consumer
 start_relay --set relay.batch_size=$RELAY_BATCH
 
-# step -> disturbance right after that step's producer transaction
-ACTIONS=(- relay consumer relay consumer rabbitmq relay consumer relay consumer both)
+# Steps 1-4 and 7-9: a producer transaction, then SIGKILL the relay 0-60 ms after its commit
+# (while it publishes the new events) and the consumer 50-300 ms later (while it consumes them),
+# each restarted at once. Step 5: the consumer is killed and left down, a producer transaction
+# fills the queue, RabbitMQ is stopped while the relay works, another producer transaction
+# commits while the broker is down (step 6), RabbitMQ starts again, then the consumer. Step 10:
+# a last transaction, undisturbed. Rolled-back transactions precede steps 1, 4, 7 and 10.
 relay_kills=0 consumer_kills=0 relay_busy=0 consumer_busy=0
 relay_p0=0 consumer_i0=0
 t_start=$(date +%s)
+
+kill_relay_now() { # STEP MS
+    pid_alive "$RELAY_PID" || fail "the relay exited by itself before step $1"
+    kill_relay
+    local p pend busy=no
+    p=$(published_count); pend=$(pending_count) # after the kill: what it had committed
+    relay_kills=$((relay_kills + 1))
+    if ((p > relay_p0 && pend > 0)); then busy=yes; relay_busy=$((relay_busy + 1)); fi
+    say "step $1: SIGKILL relay $2 ms after the producer commit: published $relay_p0 -> $p during its run, pending $pend, while publishing: $busy"
+    relay_p0=$p
+}
+kill_consumer_now() { # STEP WHEN
+    pid_alive "$CONSUMER_PID" || { tail -n 20 "$CONSUMER_LOG" >&2; fail "the consumer exited by itself before step $1"; }
+    kill_consumer
+    local i o busy=no
+    i=$(inbox_count); o=$(outbox_count)
+    consumer_kills=$((consumer_kills + 1))
+    if ((i > consumer_i0 && i < o)); then busy=yes; consumer_busy=$((consumer_busy + 1)); fi
+    say "step $1: SIGKILL consumer $2: inbox $consumer_i0 -> $i during its run, committed events $o, while consuming: $busy"
+    consumer_i0=$i
+}
+
 for ((s = 1; s <= N_TX; s++)); do
-    produce_committed
     if ((s % 3 == 1)); then produce_rolled_back; fi
-    ms=$((30 + RANDOM % 300))
-    sleep_ms $ms
-    act=${ACTIONS[s]}
-    if [[ $act == relay || $act == both ]]; then
-        p=$(published_count); pend=$(pending_count)
-        pid_alive "$RELAY_PID" || fail "the relay exited by itself before step $s"
-        kill_relay
-        relay_kills=$((relay_kills + 1))
-        busy=no
-        if ((p > relay_p0 && pend > 0)); then busy=yes; relay_busy=$((relay_busy + 1)); fi
-        say "step $s: SIGKILL relay ${ms} ms after the producer commit: published $relay_p0 -> $p since its start, pending $pend, busy: $busy"
-        start_relay --set relay.batch_size=$RELAY_BATCH
-        relay_p0=$(published_count)
-    fi
-    if [[ $act == consumer || $act == both ]]; then
-        i=$(inbox_count); o=$(outbox_count)
-        pid_alive "$CONSUMER_PID" || { tail -n 20 "$CONSUMER_LOG" >&2; fail "the consumer exited by itself before step $s"; }
-        kill_consumer
-        consumer_kills=$((consumer_kills + 1))
-        busy=no
-        if ((i > consumer_i0 && i < o)); then busy=yes; consumer_busy=$((consumer_busy + 1)); fi
-        say "step $s: SIGKILL consumer ${ms} ms after the producer commit: inbox $consumer_i0 -> $i since its start, committed events $o, busy: $busy"
-        start_consumer
-        consumer_i0=$(inbox_count)
-    fi
-    if [[ $act == rabbitmq ]]; then
-        say "step $s: stopping RabbitMQ (published $(published_count), inbox $(inbox_count), queue $(queue_count))"
+    if ((s == 5)); then
+        kill_consumer_now $s "before the producer commit, left down until RabbitMQ is back"
+        produce_committed
+        sleep_ms $((RANDOM % 60))
+        say "step $s: stopping RabbitMQ (published $(published_count), pending $(pending_count), inbox $(inbox_count), queue $(queue_count))"
         services stop amqp || fail "scripts/services stop amqp failed"
-        produce_committed # the producer goes on while the broker is down
-        sleep 2
+        produce_committed # the producers go on while the broker is down
+        s=$((s + 1))      # (that was step 6's transaction)
+        sleep 1
         services start amqp || fail "scripts/services start amqp failed"
-        say "step $s: RabbitMQ started again; queue holds $(queue_count) message(s), pending $(pending_count)"
-        produce_committed_extra=1
+        inq=$(queue_count)
+        say "step $s: RabbitMQ started again; the queue kept $inq message(s); pending $(pending_count)"
+        ((inq > 0)) || say "note: the queue was empty after the restart (the relay had not published the step's events before the stop)"
+        start_consumer
+        continue
     fi
+    produce_committed
+    ((s == N_TX)) && break
+    ms=$((RANDOM % 60))
+    sleep_ms $ms
+    kill_relay_now $s $ms
+    start_relay --set relay.batch_size=$RELAY_BATCH
+    ms2=$((50 + RANDOM % 250))
+    sleep_ms $((ms2 - ms))
+    kill_consumer_now $s "$ms2 ms after the producer commit"
+    start_consumer
+    sleep_ms $((200 + RANDOM % 400))
 done
-# the extra transaction produced while RabbitMQ was down
 total=$(outbox_count)
 say "producers done after $(($(date +%s) - t_start)) s: $total committed events; $relay_kills relay kills ($relay_busy while publishing), $consumer_kills consumer kills ($consumer_busy while consuming)"
 
@@ -174,8 +193,8 @@ say "committed events $total over $(wc -l <"$PB_TMP/expected") accounts; rolled-
 say "balances: sum expected $sum_expected, actual $sum_actual; accounts off: $off"
 say "inbox: $rows rows ($processed processed), committed events without an inbox row: $missing, inbox rows not in the outbox: $unknown"
 say "relay runs $relay_starts, consumer runs $consumer_starts, RabbitMQ restarted once; messages left in the queue: $inq"
-say "duplicates absorbed by the inbox: $dups ('duplicate message' log lines over all consumer runs; the runs' last totals lines add up to $totals_dups)$( ((forced)) && echo ", of which $forced forced by hand")"
-grep 'duplicate message' "$CONSUMER_LOG" | head -3 | sed 's/^/  log: /'
+say "duplicates absorbed by the inbox: $dups ('duplicate message' log lines over all consumer runs; the last totals line of each run adds up to $totals_dups, killed runs log none)$( ((forced)) && echo ", of which $forced forced by hand")"
+grep -m 3 'duplicate message' "$CONSUMER_LOG" | sed 's/^/  log: /'
 
 ((rolled == 0)) || fail "events of rolled-back producer transactions are in the outbox"
 ((off == 0)) || fail "$off account balance(s) differ from the sum of their committed events (sum $sum_actual, expected $sum_expected)"

@@ -31,6 +31,8 @@ for _v in $(compgen -v POSTBOX_RELAY_ || true) $(compgen -v POSTBOX_LOG_ || true
     case $_v in POSTBOX_AMQP_TOOL | POSTBOX_AMQP_PORT) ;; *) unset "$_v" ;; esac
 done
 unset _v
+for _v in $(compgen -v POSTBOX_CDC_ || true); do unset "$_v"; done # cdc options likewise
+unset _v
 eval "$(services env)"
 
 PB_TMP=$(mktemp -d "/tmp/pb-it-$PB_TEST.XXXXXX")
@@ -108,6 +110,38 @@ wait_until() {
 psql_q() { # SQL: runs it in the test database; unaligned, tuples only
     psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" -f - <<<"$1"
 }
+
+# drop_db_slots DB: drops the logical replication slots of database DB (slots are cluster-wide;
+# a database that a streamed slot uses cannot be dropped, even WITH (FORCE)), ending a walsender
+# that still streams one (e.g. a relay left over by an aborted run). Succeeds when none is left.
+drop_db_slots() {
+    local db=$1 i left
+    for ((i = 0; i < 20; i++)); do
+        left=$(psql -XAtq -v ON_ERROR_STOP=1 -d "$PB_ADMIN_DSN" -f - <<EOF
+SET client_min_messages = warning;
+DO \$\$
+DECLARE s record;
+BEGIN
+    FOR s IN SELECT slot_name, active_pid FROM pg_replication_slots
+              WHERE database = '$db' AND slot_type = 'logical' LOOP
+        IF s.active_pid IS NOT NULL THEN
+            PERFORM pg_terminate_backend(s.active_pid, 5000);
+        END IF;
+        BEGIN
+            PERFORM pg_drop_replication_slot(s.slot_name);
+        EXCEPTION WHEN object_in_use OR undefined_object THEN NULL;  -- retried below
+        END;
+    END LOOP;
+END \$\$;
+SELECT count(*) FROM pg_replication_slots WHERE database = '$db';
+EOF
+        ) || return 1
+        ((left == 0)) && return 0
+        sleep 0.5
+    done
+    return 1
+}
+drop_db_slots "$PB_DB" || fail "cannot drop the replication slots of database $PB_DB"
 
 psql -XAtq -v ON_ERROR_STOP=1 -d "$PB_ADMIN_DSN" -c "SET client_min_messages = warning" \
     -c "DROP DATABASE IF EXISTS $PB_DB WITH (FORCE)" -c "CREATE DATABASE $PB_DB" >/dev/null ||
@@ -271,4 +305,64 @@ duplicates_in() { # FILE: number of lines whose message_id repeats an earlier on
     total=$(wc -l <"$1")
     distinct=$(cut -f1 "$1" | LC_ALL=C sort -u | wc -l)
     echo $((total - distinct))
+}
+
+# ---------------------------------------------------------------------------------------------
+# cdc capture (logical replication)
+
+# cdc_use_slot [NAME]: this test's replication slot (default pb_<test>; slot names are
+# cluster-wide, so every test has its own) in POSTBOX_CDC_SLOT. On exit the relays the test
+# started are killed and the slot is dropped, whatever the outcome.
+cdc_use_slot() {
+    export POSTBOX_CDC_SLOT=${1:-pb_$PB_TEST}
+    on_exit "cdc_drop_slot_on_exit $POSTBOX_CDC_SLOT"
+}
+cdc_drop_slot_on_exit() {
+    local pid
+    for pid in "${PB_PIDS[@]}"; do
+        pid_alive "$pid" && kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    cdc_drop_slot "$1" || say "could not drop replication slot $1"
+}
+
+# cdc_drop_slot NAME: drops the slot once no one streams it (waits up to 10 s for a killed
+# relay's walsender to go); succeeds when the slot does not exist.
+cdc_drop_slot() {
+    local slot=$1 i state
+    for ((i = 0; i < 50; i++)); do
+        state=$(psql -XAtq -d "$PB_ADMIN_DSN" -c "SELECT active FROM pg_replication_slots WHERE slot_name = '$slot'") ||
+            return 1
+        case $state in
+        '') return 0 ;;
+        f) psql -XAtq -d "$PB_ADMIN_DSN" -c "SELECT pg_drop_replication_slot('$slot')" >/dev/null 2>&1 && return 0 ;;
+        esac
+        sleep 0.2
+    done
+    return 1
+}
+
+slot_confirmed_lsn() { # [SLOT]: confirmed_flush_lsn of the slot (default POSTBOX_CDC_SLOT)
+    psql_q "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '${1:-$POSTBOX_CDC_SLOT}'"
+}
+lsn_le() { # A B: true when LSN A <= LSN B
+    [[ $(psql_q "SELECT '$1'::pg_lsn <= '$2'::pg_lsn") == t ]]
+}
+
+# start_cdc_relay [ARGS...]: start_relay --capture cdc ARGS, then waits (30 s) until it streams
+# the slot (its log says so), which also creates the slot when it is missing.
+start_cdc_relay() {
+    local before
+    before=$(grep -c 'streaming slot' "$PB_RELAY_LOG" || true)
+    start_relay --capture cdc "$@"
+    wait_until '(($(grep -c "streaming slot" "$PB_RELAY_LOG" || true) > before)) || ! pid_alive "$RELAY_PID"' 30 ||
+        fail "the cdc relay did not start streaming within 30 s"
+    pid_alive "$RELAY_PID" || fail "the cdc relay exited at start"
+}
+
+# cdc_create_slot: creates the slot (and publication) by starting a cdc relay once and stopping
+# it, so that events inserted afterwards are in the slot's stream.
+cdc_create_slot() {
+    start_cdc_relay "$@"
+    stop_relay
 }

@@ -71,7 +71,8 @@ static void set_rejects_bad_values(void **state)
     assert_non_null(strstr(err.msg, "out of range"));
     assert_int_equal(pb_config_set(&cfg, "relay.poll_interval", "5 parsecs", PB_CFG_CLI, &err), PB_FATAL);
     assert_int_equal(pb_config_set(&cfg, "relay.sink", "carrier-pigeon", PB_CFG_CLI, &err), PB_FATAL);
-    assert_non_null(strstr(err.msg, "amqp|stdout"));
+    assert_non_null(strstr(err.msg, "is not one of"));
+    assert_non_null(strstr(err.msg, "stdout"));
     assert_int_equal(pb_config_set(&cfg, "amqp.mandatory", "maybe", PB_CFG_CLI, &err), PB_FATAL);
     assert_int_equal(pb_config_set(&cfg, "relay.nope", "1", PB_CFG_CLI, &err), PB_FATAL);
     assert_non_null(strstr(err.msg, "has no key \"nope\""));

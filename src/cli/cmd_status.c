@@ -1,0 +1,276 @@
+/* postbox status: what an operator asks first. Backlog, oldest pending age (lag), dead letters,
+ * inbox counts per consumer, the relay that owns the outbox, logical replication slot lag; a
+ * table for people or --json for scripts. Thresholds given on the command line turn it into a
+ * check: exit 1 when one is crossed (or when the database cannot be asked).
+ *
+ * Costs: the outbox figures are the metrics sampler's bounded index probes (store/stats.h); the
+ * inbox counts are exact (one pass over postbox.inbox, which retention keeps bounded). */
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "common/log.h"
+#include "store/pg.h"
+#include "store/stats.h"
+
+#define STATUS_CAP 1000000
+
+/* The relay takes pg_try_advisory_lock(hashtext('postbox.relay')): a one-bigint key, which
+ * pg_locks shows split into classid (high 32 bits) and objid (low 32 bits), objsubid 1. */
+static const char owner_sql[] =
+    "WITH k AS (SELECT hashtext('postbox.relay')::bigint AS key) "
+    "SELECT a.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local'), "
+    "       to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+    "       coalesce(a.state, '') "
+    "FROM k, pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+    "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "  AND l.classid = ((k.key >> 32) & 4294967295)::oid AND l.objid = (k.key & 4294967295)::oid";
+
+static const char inbox_sql[] =
+    "WITH i AS (SELECT consumer, count(*) FILTER (WHERE processed_at IS NOT NULL) AS processed, "
+    "                  count(*) FILTER (WHERE processed_at IS NULL) AS unprocessed, "
+    "                  extract(epoch FROM clock_timestamp() - max(received_at))::float8 AS idle "
+    "           FROM postbox.inbox GROUP BY consumer), "
+    "     f AS (SELECT consumer, count(*) AS retrying FROM postbox.inbox_failures GROUP BY consumer), "
+    "     d AS (SELECT consumer, count(*) AS dead FROM postbox.inbox_dead GROUP BY consumer) "
+    "SELECT consumer, coalesce(i.processed, 0), coalesce(i.unprocessed, 0), "
+    "       coalesce(f.retrying, 0), coalesce(d.dead, 0), i.idle "
+    "FROM i FULL JOIN f USING (consumer) FULL JOIN d USING (consumer) ORDER BY consumer";
+
+static const char slots_sql[] =
+    "SELECT slot_name, active, "
+    "       coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint "
+    "FROM pg_replication_slots "
+    "WHERE slot_type = 'logical' AND plugin = 'pgoutput' AND database = current_database() "
+    "ORDER BY slot_name";
+
+typedef struct limits {
+    int64_t max_backlog, max_dead, max_slot_lag; /* -1: none */
+    int64_t max_lag_ms;
+} limits_t;
+
+static PGresult *query(PGconn *conn, const char *sql, const char *what)
+{
+    PGresult *res = PQexec(conn, sql);
+    pb_error_t err;
+    if (pb_pg_check(conn, res, PGRES_TUPLES_OK, what, &err) != PB_OK) {
+        fprintf(stderr, "postbox status: %s\n", err.msg);
+        return NULL;
+    }
+    return res;
+}
+
+/* fmt is always one of the literals below */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+static int check(json_t *failed, bool crossed, const char *fmt, long long value, long long limit)
+{
+    if (!crossed)
+        return 0;
+    char msg[200];
+    snprintf(msg, sizeof msg, fmt, value, limit);
+    json_array_append_new(failed, json_string(msg));
+    return 1;
+}
+#pragma GCC diagnostic pop
+
+static void print_table(json_t *o)
+{
+    json_t *ob = json_object_get(o, "outbox");
+    printf("outbox\n");
+    printf("  %-24s %lld%s\n", "backlog", (long long)json_integer_value(json_object_get(ob, "backlog")),
+           json_is_true(json_object_get(ob, "backlog_exact")) ? "" : " (upper bound: id span)");
+    printf("  %-24s %.1f s", "oldest pending age",
+           json_number_value(json_object_get(ob, "oldest_pending_age_seconds")));
+    if (json_integer_value(json_object_get(ob, "oldest_pending_id")))
+        printf(" (id %lld)", (long long)json_integer_value(json_object_get(ob, "oldest_pending_id")));
+    printf("\n  %-24s %lld\n", "retrying",
+           (long long)json_integer_value(json_object_get(ob, "retrying")));
+    printf("  %-24s %lld\n", "dead letters",
+           (long long)json_integer_value(json_object_get(ob, "dead_letters")));
+
+    json_t *owners = json_object_get(o, "relay_owners");
+    printf("\nrelay owner (advisory lock hashtext('postbox.relay'))\n");
+    if (json_array_size(owners) == 0)
+        printf("  none: no relay is publishing\n");
+    size_t i;
+    json_t *v;
+    json_array_foreach(owners, i, v)
+        printf("  pid %lld  application \"%s\"  client %s  since %s  state %s\n",
+               (long long)json_integer_value(json_object_get(v, "pid")),
+               json_string_value(json_object_get(v, "application_name")),
+               json_string_value(json_object_get(v, "client_addr")),
+               json_string_value(json_object_get(v, "backend_start")),
+               json_string_value(json_object_get(v, "state")));
+
+    json_t *inbox = json_object_get(o, "inbox");
+    printf("\ninbox\n");
+    if (json_array_size(inbox) == 0)
+        printf("  no consumer has recorded a message\n");
+    else
+        printf("  %-20s %12s %12s %10s %8s %16s\n", "consumer", "processed", "unprocessed",
+               "retrying", "dead", "last message");
+    json_array_foreach(inbox, i, v) {
+        json_t *idle = json_object_get(v, "last_message_age_seconds");
+        char ago[32] = "-";
+        if (json_is_number(idle))
+            snprintf(ago, sizeof ago, "%.0f s ago", json_number_value(idle));
+        printf("  %-20s %12lld %12lld %10lld %8lld %16s\n",
+               json_string_value(json_object_get(v, "consumer")),
+               (long long)json_integer_value(json_object_get(v, "processed")),
+               (long long)json_integer_value(json_object_get(v, "unprocessed")),
+               (long long)json_integer_value(json_object_get(v, "retrying")),
+               (long long)json_integer_value(json_object_get(v, "dead")), ago);
+    }
+
+    json_t *slots = json_object_get(o, "replication_slots");
+    printf("\nlogical replication slots (pgoutput)\n");
+    if (json_array_size(slots) == 0)
+        printf("  none\n");
+    else
+        printf("  %-30s %8s %16s\n", "slot", "active", "lag bytes");
+    json_array_foreach(slots, i, v)
+        printf("  %-30s %8s %16lld\n", json_string_value(json_object_get(v, "slot")),
+               json_is_true(json_object_get(v, "active")) ? "yes" : "no",
+               (long long)json_integer_value(json_object_get(v, "lag_bytes")));
+
+    json_t *failed = json_object_get(o, "checks_failed");
+    if (json_array_size(failed)) {
+        printf("\nchecks failed\n");
+        json_array_foreach(failed, i, v)
+            printf("  %s\n", json_string_value(v));
+    }
+}
+
+int pb_cmd_status(pb_cli_t *cli)
+{
+    limits_t lim = {-1, -1, -1, -1};
+    bool as_json = false;
+    for (int i = 0; i < cli->n_args; i++) {
+        const char *v;
+        int64_t *count = NULL;
+        if (strcmp(cli->args[i], "--json") == 0) {
+            as_json = true;
+            continue;
+        }
+        if ((v = pb_args_value(cli->args, cli->n_args, &i, "--max-backlog")))
+            count = &lim.max_backlog;
+        else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--max-dead")))
+            count = &lim.max_dead;
+        else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--max-slot-lag")))
+            count = &lim.max_slot_lag;
+        else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--max-lag"))) {
+            if (!*v || !pb_args_duration_ms(v, &lim.max_lag_ms)) {
+                fprintf(stderr, "postbox status: --max-lag \"%s\": expected a duration such as 60s\n", v);
+                return PB_EXIT_USAGE;
+            }
+            continue;
+        } else {
+            fprintf(stderr, "postbox status: unknown argument \"%s\" (see postbox --help)\n",
+                    cli->args[i]);
+            return PB_EXIT_USAGE;
+        }
+        if (!*v || !pb_args_count(v, count)) {
+            fprintf(stderr, "postbox status: %s: expected a number\n", cli->args[i]);
+            return PB_EXIT_USAGE;
+        }
+    }
+
+    PGconn *conn;
+    pb_error_t err;
+    if (pb_pg_connect(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {
+        fprintf(stderr, "postbox status: cannot connect to postgresql: %s\n", err.msg);
+        return PB_EXIT_FAILURE;
+    }
+    int rc = PB_EXIT_FAILURE;
+    json_t *o = json_object();
+    PGresult *owners = NULL, *inbox = NULL, *slots = NULL;
+    pb_outbox_stats_t s;
+    if (pb_stats_outbox(conn, STATUS_CAP, &s, &err) != PB_OK) {
+        fprintf(stderr, "postbox status: %s%s\n", err.msg,
+                strstr(err.msg, "does not exist") ? " (run `postbox init` first)" : "");
+        goto out;
+    }
+    if (!(owners = query(conn, owner_sql, "relay owner")) ||
+        !(inbox = query(conn, inbox_sql, "inbox counts")) ||
+        !(slots = query(conn, slots_sql, "replication slots")))
+        goto out;
+
+    json_object_set_new(o, "outbox",
+                        json_pack("{s:I, s:b, s:f, s:I, s:I, s:I, s:b}", "backlog",
+                                  (json_int_t)s.backlog, "backlog_exact", s.backlog_exact,
+                                  "oldest_pending_age_seconds", s.oldest_age_s,
+                                  "oldest_pending_id", (json_int_t)s.oldest_id, "retrying",
+                                  (json_int_t)s.retrying, "dead_letters",
+                                  (json_int_t)s.dead_letters, "dead_letters_exact", s.dead_exact));
+    json_t *arr = json_array();
+    for (int r = 0; r < PQntuples(owners); r++)
+        json_array_append_new(
+            arr, json_pack("{s:I, s:s, s:s, s:s, s:s}", "pid",
+                           (json_int_t)strtoll(PQgetvalue(owners, r, 0), NULL, 10),
+                           "application_name", PQgetvalue(owners, r, 1), "client_addr",
+                           PQgetvalue(owners, r, 2), "backend_start", PQgetvalue(owners, r, 3),
+                           "state", PQgetvalue(owners, r, 4)));
+    json_object_set_new(o, "relay_owners", arr);
+    arr = json_array();
+    for (int r = 0; r < PQntuples(inbox); r++) {
+        json_t *c = json_pack("{s:s, s:I, s:I, s:I, s:I}", "consumer", PQgetvalue(inbox, r, 0),
+                              "processed", (json_int_t)strtoll(PQgetvalue(inbox, r, 1), NULL, 10),
+                              "unprocessed", (json_int_t)strtoll(PQgetvalue(inbox, r, 2), NULL, 10),
+                              "retrying", (json_int_t)strtoll(PQgetvalue(inbox, r, 3), NULL, 10),
+                              "dead", (json_int_t)strtoll(PQgetvalue(inbox, r, 4), NULL, 10));
+        json_object_set_new(c, "last_message_age_seconds",
+                            PQgetisnull(inbox, r, 5) ? json_null()
+                                                     : json_real(strtod(PQgetvalue(inbox, r, 5), NULL)));
+        json_array_append_new(arr, c);
+    }
+    json_object_set_new(o, "inbox", arr);
+    arr = json_array();
+    int64_t worst_slot = 0;
+    for (int r = 0; r < PQntuples(slots); r++) {
+        int64_t lag = strtoll(PQgetvalue(slots, r, 2), NULL, 10);
+        if (lag > worst_slot)
+            worst_slot = lag;
+        json_array_append_new(arr, json_pack("{s:s, s:b, s:I}", "slot", PQgetvalue(slots, r, 0),
+                                             "active", PQgetvalue(slots, r, 1)[0] == 't',
+                                             "lag_bytes", (json_int_t)lag));
+    }
+    json_object_set_new(o, "replication_slots", arr);
+
+    json_t *failed = json_array();
+    int n_failed = 0;
+    n_failed += check(failed, lim.max_backlog >= 0 && s.backlog > lim.max_backlog,
+                      "backlog %lld > %lld", (long long)s.backlog, (long long)lim.max_backlog);
+    n_failed += check(failed, lim.max_lag_ms >= 0 && s.oldest_age_s * 1000.0 > (double)lim.max_lag_ms,
+                      "oldest pending age %lld s > %lld s", (long long)s.oldest_age_s,
+                      (long long)(lim.max_lag_ms / 1000));
+    n_failed += check(failed, lim.max_dead >= 0 && s.dead_letters > lim.max_dead,
+                      "dead letters %lld > %lld", (long long)s.dead_letters, (long long)lim.max_dead);
+    n_failed += check(failed, lim.max_slot_lag >= 0 && worst_slot > lim.max_slot_lag,
+                      "replication slot lag %lld bytes > %lld", (long long)worst_slot,
+                      (long long)lim.max_slot_lag);
+    json_object_set_new(o, "checks_failed", failed);
+    json_object_set_new(o, "ok", json_boolean(n_failed == 0));
+
+    if (as_json) {
+        char *text = json_dumps(o, JSON_INDENT(2));
+        if (text)
+            puts(text);
+        free(text);
+    } else {
+        print_table(o);
+    }
+    rc = n_failed ? PB_EXIT_FAILURE : PB_EXIT_OK;
+out:
+    PQclear(owners);
+    PQclear(inbox);
+    PQclear(slots);
+    json_decref(o);
+    PQfinish(conn);
+    return rc;
+}

@@ -1,0 +1,213 @@
+#include "janitor/janitor.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/str.h"
+#include "metrics/metrics.h"
+#include "store/pg.h"
+#include "store/stats.h"
+
+#define FAC "janitor"
+#define RECONNECT_MS 5000
+
+struct pb_janitor {
+    pb_janitor_opts_t opts;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stopping; /* @locks mu */
+    PGconn *conn;
+    pb_purge_t purge;
+    bool purging;
+    bool warned; /* a connection failure was logged already */
+};
+
+/* Waits until the monotonic deadline or stop; returns false on stop. */
+static bool wait_until(pb_janitor_t *jan, int64_t deadline_ms)
+{
+    pthread_mutex_lock(&jan->mu);
+    while (!jan->stopping) {
+        int64_t left = deadline_ms - pb_monotonic_ms();
+        if (left <= 0)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += left / 1000;
+        ts.tv_nsec += (left % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&jan->cv, &jan->mu, &ts);
+    }
+    bool go_on = !jan->stopping;
+    pthread_mutex_unlock(&jan->mu);
+    return go_on;
+}
+
+static void drop_conn(pb_janitor_t *jan)
+{
+    PQfinish(jan->conn);
+    jan->conn = NULL;
+    jan->purging = false;
+}
+
+static bool ensure_conn(pb_janitor_t *jan)
+{
+    if (jan->conn && PQstatus(jan->conn) == CONNECTION_OK)
+        return true;
+    if (jan->conn)
+        drop_conn(jan);
+    pb_error_t err;
+    if (pb_pg_connect(jan->opts.dsn, &jan->conn, &err) != PB_OK) {
+        if (!jan->warned)
+            log_warn(FAC, "cannot connect to postgresql (retrying every %d s): %s",
+                     RECONNECT_MS / 1000, err.msg);
+        jan->warned = true;
+        return false;
+    }
+    jan->warned = false;
+    /* a sample or a purge batch that takes this long is a bug, not a reason to hold locks */
+    if (pb_pg_exec(jan->conn, "SET statement_timeout = '30s'", &err) != PB_OK ||
+        pb_pg_exec(jan->conn, "SET application_name = 'postbox janitor'", &err) != PB_OK) {
+        log_warn(FAC, "postgresql: %s", err.msg);
+        drop_conn(jan);
+        return false;
+    }
+    return true;
+}
+
+static void sample(pb_janitor_t *jan)
+{
+    pb_outbox_stats_t s;
+    pb_error_t err;
+    int64_t t0 = pb_wall_us();
+    if (pb_stats_outbox(jan->conn, PB_STATS_DEFAULT_CAP, &s, &err) != PB_OK) {
+        log_warn(FAC, "%s", err.msg);
+        if (PQstatus(jan->conn) != CONNECTION_OK)
+            drop_conn(jan);
+        return;
+    }
+    double took = (double)(pb_wall_us() - t0) / 1e6;
+    pb_metrics_set_outbox(s.backlog, s.backlog_exact, s.oldest_age_s, s.dead_letters, took);
+}
+
+/* One purge batch; starts a purge when one is due. Returns true while a purge is in progress. */
+static bool purge_tick(pb_janitor_t *jan, int64_t *next_purge)
+{
+    const pb_janitor_opts_t *o = &jan->opts;
+    pb_error_t err;
+    if (!jan->purging) {
+        if (pb_monotonic_ms() < *next_purge || !pb_metrics_ready())
+            return false;
+        if (pb_purge_begin(&jan->purge, jan->conn, o->target, o->retention_ms, o->consumer, 0,
+                           &err) != PB_OK) {
+            log_warn(FAC, "%s", err.msg);
+            *next_purge = pb_monotonic_ms() + RECONNECT_MS;
+            return false;
+        }
+        jan->purging = true;
+    }
+    uint64_t rows;
+    if (pb_purge_step(&jan->purge, &rows, &err) != PB_OK) {
+        log_warn(FAC, "retention purge of postbox.%s stopped: %s", pb_purge_table(o->target),
+                 err.msg);
+        jan->purging = false;
+        *next_purge = pb_monotonic_ms() + RECONNECT_MS;
+        if (PQstatus(jan->conn) != CONNECTION_OK)
+            drop_conn(jan);
+        return false;
+    }
+    if (!jan->purge.done)
+        return true;
+    jan->purging = false;
+    *next_purge = pb_monotonic_ms() + o->purge_interval_ms;
+    if (jan->purge.deleted)
+        log_info(FAC, "purged %llu rows of postbox.%s older than %s in %llu batches (longest %.0f ms)",
+                 (unsigned long long)jan->purge.deleted, pb_purge_table(o->target),
+                 jan->purge.cutoff, (unsigned long long)jan->purge.batches,
+                 jan->purge.max_batch_ms);
+    return false;
+}
+
+/* @thread janitor */
+static void *janitor_main(void *arg)
+{
+    pb_janitor_t *jan = arg;
+    const pb_janitor_opts_t *o = &jan->opts;
+    int64_t next_sample = pb_monotonic_ms(), next_purge = pb_monotonic_ms();
+    for (;;) {
+        int64_t now = pb_monotonic_ms();
+        int64_t deadline = now + 60000;
+        if (!ensure_conn(jan)) {
+            deadline = now + RECONNECT_MS;
+        } else {
+            if (o->sample_interval_ms > 0 && now >= next_sample) {
+                sample(jan);
+                next_sample = now + o->sample_interval_ms;
+            }
+            bool busy = jan->conn && o->retention_ms > 0 && purge_tick(jan, &next_purge);
+            if (o->sample_interval_ms > 0 && next_sample < deadline)
+                deadline = next_sample;
+            if (o->retention_ms > 0) {
+                /* not ready yet: look again soon; purging: next batch at once */
+                int64_t p = busy ? now : (next_purge > now ? next_purge : now + 1000);
+                if (p < deadline)
+                    deadline = p;
+            }
+        }
+        if (!wait_until(jan, deadline))
+            break;
+    }
+    drop_conn(jan);
+    return NULL;
+}
+
+pb_status_t pb_janitor_start(const pb_janitor_opts_t *opts, pb_janitor_t **out, pb_error_t *err)
+{
+    *out = NULL;
+    if (opts->sample_interval_ms <= 0 && opts->retention_ms <= 0)
+        return PB_OK;
+    pb_janitor_t *jan = pb_malloc(sizeof *jan);
+    memset(jan, 0, sizeof *jan);
+    jan->opts = *opts;
+    pthread_mutex_init(&jan->mu, NULL);
+    pthread_cond_init(&jan->cv, NULL);
+    /* SIGTERM and SIGINT stay with the main thread (they interrupt its sleeps) */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int rc = pthread_create(&jan->thread, NULL, janitor_main, jan);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        pthread_mutex_destroy(&jan->mu);
+        pthread_cond_destroy(&jan->cv);
+        free(jan);
+        return pb_fail(err, PB_FATAL, "cannot start the janitor thread: %s", strerror(rc));
+    }
+    *out = jan;
+    return PB_OK;
+}
+
+void pb_janitor_stop(pb_janitor_t *jan)
+{
+    if (!jan)
+        return;
+    pthread_mutex_lock(&jan->mu);
+    jan->stopping = true;
+    pthread_cond_signal(&jan->cv);
+    pthread_mutex_unlock(&jan->mu);
+    pthread_join(jan->thread, NULL);
+    pthread_mutex_destroy(&jan->mu);
+    pthread_cond_destroy(&jan->cv);
+    free(jan);
+}

@@ -1,0 +1,372 @@
+#include "metrics/metrics.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+
+/* One label set of a labelled metric: the label text as exposed (`sink="amqp",...`). */
+typedef struct series {
+    char *labels;
+    double value;
+} series_t;
+
+typedef struct family {
+    const char *name;
+    const char *type; /* counter | gauge */
+    const char *help;
+    const char *label_names[2];
+    int n_labels;
+    series_t *series;
+    size_t n, cap;
+    size_t last; /* index of the last series used: most calls repeat it */
+} family_t;
+
+typedef struct histogram {
+    const char *name;
+    const char *help;
+    const double *bounds;
+    size_t n_bounds;
+    uint64_t counts[24]; /* per bucket, not cumulative; [n_bounds] is +Inf */
+    double sum;
+    uint64_t count;
+} histogram_t;
+
+static const double latency_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                                        2.5,   5,    10,    30,   60,  300,  1800};
+static const double batch_bounds[] = {1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000};
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* Label text of the series being looked up; @locks lock. */
+static pb_buf_t key_buf;
+
+static family_t published = {"postbox_published_total", "counter",
+                             "events the broker confirmed, by sink and event type",
+                             {"sink", "event_type"}, 2, NULL, 0, 0, 0};
+static family_t publish_errors = {"postbox_publish_errors_total", "counter",
+                                  "failed publish attempts (retried or dead-lettered), by sink and event type",
+                                  {"sink", "event_type"}, 2, NULL, 0, 0, 0};
+static family_t dead_letters_total = {"postbox_dead_letters_total", "counter",
+                                      "events this relay moved to postbox.dead_letters, by sink and event type",
+                                      {"sink", "event_type"}, 2, NULL, 0, 0, 0};
+static family_t inbox_processed = {"postbox_inbox_processed_total", "counter",
+                                   "messages whose handler ran and committed, by consumer",
+                                   {"consumer", NULL}, 1, NULL, 0, 0, 0};
+static family_t inbox_duplicates = {"postbox_inbox_duplicates_total", "counter",
+                                    "messages found in the inbox already (acknowledged without running the handler), by consumer",
+                                    {"consumer", NULL}, 1, NULL, 0, 0, 0};
+static family_t inbox_failures = {"postbox_inbox_handler_failures_total", "counter",
+                                  "failed handler runs (each retried or dead-lettered), by consumer",
+                                  {"consumer", NULL}, 1, NULL, 0, 0, 0};
+static family_t inbox_dead = {"postbox_inbox_dead_total", "counter",
+                              "messages moved to postbox.inbox_dead, by consumer",
+                              {"consumer", NULL}, 1, NULL, 0, 0, 0};
+static family_t slot_lag = {"postbox_replication_slot_lag_bytes", "gauge",
+                            "WAL bytes between the current position and the slot's confirmed flush position",
+                            {"slot", NULL}, 1, NULL, 0, 0, 0};
+static family_t purged = {"postbox_purged_rows_total", "counter",
+                          "rows deleted by retention, by table", {"table", NULL}, 1, NULL, 0, 0, 0};
+
+static family_t *const families_relay[] = {&published, &publish_errors, &dead_letters_total,
+                                           &slot_lag};
+static family_t *const families_consume[] = {&inbox_processed, &inbox_duplicates,
+                                             &inbox_failures, &inbox_dead};
+
+static histogram_t latency = {"postbox_publish_latency_seconds",
+                              "time from the event's created_at to the broker's confirm",
+                              latency_bounds, N_OF(latency_bounds), {0}, 0, 0};
+static histogram_t batch_size = {"postbox_batch_size",
+                                 "events (relay) or messages (consume) per batch",
+                                 batch_bounds, N_OF(batch_bounds), {0}, 0, 0};
+
+static struct {
+    char component[16];
+    double start_time;
+    bool database_up, broker_up, owner;
+    bool sampled;
+    double backlog, backlog_exact, oldest_age, dead_letters, sample_took, sample_time;
+    double last_publish;
+} g;
+
+void pb_metrics_init(const char *component)
+{
+    pthread_mutex_lock(&lock);
+    snprintf(g.component, sizeof g.component, "%s", component ? component : "");
+    g.start_time = (double)pb_wall_us() / 1e6;
+    pthread_mutex_unlock(&lock);
+}
+
+static void family_clear(family_t *f)
+{
+    for (size_t i = 0; i < f->n; i++)
+        free(f->series[i].labels);
+    free(f->series);
+    f->series = NULL;
+    f->n = f->cap = f->last = 0;
+}
+
+void pb_metrics_reset(void)
+{
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < N_OF(families_relay); i++)
+        family_clear(families_relay[i]);
+    for (size_t i = 0; i < N_OF(families_consume); i++)
+        family_clear(families_consume[i]);
+    family_clear(&purged);
+    histogram_t *hs[] = {&latency, &batch_size};
+    for (size_t i = 0; i < N_OF(hs); i++) {
+        memset(hs[i]->counts, 0, sizeof hs[i]->counts);
+        hs[i]->sum = 0;
+        hs[i]->count = 0;
+    }
+    memset(&g, 0, sizeof g);
+    pb_buf_free(&key_buf);
+    pthread_mutex_unlock(&lock);
+}
+
+/* Label value escaping of the exposition format: backslash, double quote, line feed. */
+static void append_label_value(pb_buf_t *b, const char *v)
+{
+    for (const char *p = v ? v : ""; *p; p++) {
+        if (*p == '\\')
+            pb_buf_puts(b, "\\\\");
+        else if (*p == '"')
+            pb_buf_puts(b, "\\\"");
+        else if (*p == '\n')
+            pb_buf_puts(b, "\\n");
+        else
+            pb_buf_putc(b, *p);
+    }
+}
+
+static void label_text(pb_buf_t *b, const family_t *f, const char *const *values)
+{
+    pb_buf_reset(b);
+    for (int i = 0; i < f->n_labels; i++) {
+        pb_buf_printf(b, "%s%s=\"", i ? "," : "", f->label_names[i]);
+        append_label_value(b, values[i]);
+        pb_buf_putc(b, '"');
+    }
+}
+
+static series_t *find_series(family_t *f, const char *key)
+{
+    if (f->last < f->n && strcmp(f->series[f->last].labels, key) == 0)
+        return &f->series[f->last];
+    for (size_t i = 0; i < f->n; i++)
+        if (strcmp(f->series[i].labels, key) == 0)
+            return &f->series[i];
+    return NULL;
+}
+
+/* @locks lock (held by the caller). Returns the series of the label values, creating it. */
+static series_t *series_of(family_t *f, const char *const *values)
+{
+    label_text(&key_buf, f, values);
+    series_t *s = find_series(f, key_buf.data);
+    if (!s && f->n >= PB_METRICS_MAX_SERIES) {
+        const char *other[2] = {"other", "other"};
+        label_text(&key_buf, f, other);
+        s = find_series(f, key_buf.data);
+    }
+    if (!s) {
+        if (f->n == f->cap) {
+            f->cap = f->cap ? f->cap * 2 : 8;
+            f->series = pb_realloc(f->series, f->cap * sizeof *f->series);
+        }
+        s = &f->series[f->n++];
+        s->labels = pb_strdup(key_buf.data);
+        s->value = 0;
+    }
+    f->last = (size_t)(s - f->series);
+    return s;
+}
+
+static void add(family_t *f, const char *v0, const char *v1, double delta)
+{
+    const char *values[2] = {v0, v1};
+    pthread_mutex_lock(&lock);
+    series_of(f, values)->value += delta;
+    pthread_mutex_unlock(&lock);
+}
+
+static void observe(histogram_t *h, double v)
+{
+    size_t i = 0;
+    while (i < h->n_bounds && v > h->bounds[i])
+        i++;
+    h->counts[i]++;
+    h->sum += v;
+    h->count++;
+}
+
+void pb_metrics_published(const char *sink, const char *event_type, double latency_s)
+{
+    const char *values[2] = {sink, event_type};
+    if (latency_s < 0)
+        latency_s = 0;
+    pthread_mutex_lock(&lock);
+    series_of(&published, values)->value += 1;
+    observe(&latency, latency_s);
+    g.last_publish = (double)pb_wall_us() / 1e6;
+    pthread_mutex_unlock(&lock);
+}
+
+void pb_metrics_publish_failed(const char *sink, const char *event_type, bool dead)
+{
+    add(&publish_errors, sink, event_type, 1);
+    if (dead)
+        add(&dead_letters_total, sink, event_type, 1);
+}
+
+void pb_metrics_batch(size_t n)
+{
+    pthread_mutex_lock(&lock);
+    observe(&batch_size, (double)n);
+    pthread_mutex_unlock(&lock);
+}
+
+void pb_metrics_set_state(bool database, bool broker, bool owner)
+{
+    pthread_mutex_lock(&lock);
+    g.database_up = database;
+    g.broker_up = broker;
+    g.owner = owner;
+    pthread_mutex_unlock(&lock);
+}
+
+bool pb_metrics_ready(void)
+{
+    pthread_mutex_lock(&lock);
+    bool ready = g.database_up && g.broker_up && g.owner;
+    pthread_mutex_unlock(&lock);
+    return ready;
+}
+
+void pb_metrics_set_outbox(int64_t backlog, bool exact, double oldest_age_s, int64_t dead_letters,
+                           double took_s)
+{
+    pthread_mutex_lock(&lock);
+    g.sampled = true;
+    g.backlog = (double)backlog;
+    g.backlog_exact = exact ? 1 : 0;
+    g.oldest_age = oldest_age_s;
+    g.dead_letters = (double)dead_letters;
+    g.sample_took = took_s;
+    g.sample_time = (double)pb_wall_us() / 1e6;
+    pthread_mutex_unlock(&lock);
+}
+
+void pb_metrics_set_slot_lag(const char *slot, int64_t bytes)
+{
+    const char *values[2] = {slot, NULL};
+    pthread_mutex_lock(&lock);
+    series_of(&slot_lag, values)->value = (double)bytes;
+    pthread_mutex_unlock(&lock);
+}
+
+void pb_metrics_inbox(const char *consumer, uint64_t processed, uint64_t duplicates,
+                      uint64_t failures, uint64_t dead)
+{
+    const char *values[2] = {consumer, NULL};
+    pthread_mutex_lock(&lock);
+    /* create all four series together, so each is exposed (at 0) from the first batch on */
+    series_of(&inbox_processed, values)->value += (double)processed;
+    series_of(&inbox_duplicates, values)->value += (double)duplicates;
+    series_of(&inbox_failures, values)->value += (double)failures;
+    series_of(&inbox_dead, values)->value += (double)dead;
+    pthread_mutex_unlock(&lock);
+}
+
+void pb_metrics_purged(const char *table, uint64_t rows)
+{
+    add(&purged, table, NULL, (double)rows);
+}
+
+/* ------------------------------------------------------------------------------------------- */
+
+static void header(pb_buf_t *out, const char *name, const char *type, const char *help)
+{
+    pb_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void scalar(pb_buf_t *out, const char *name, const char *type, const char *help, double v)
+{
+    header(out, name, type, help);
+    pb_buf_printf(out, "%s %.17g\n", name, v);
+}
+
+static void render_family(pb_buf_t *out, const family_t *f)
+{
+    header(out, f->name, f->type, f->help);
+    for (size_t i = 0; i < f->n; i++)
+        pb_buf_printf(out, "%s{%s} %.17g\n", f->name, f->series[i].labels, f->series[i].value);
+}
+
+static void render_histogram(pb_buf_t *out, const histogram_t *h)
+{
+    header(out, h->name, "histogram", h->help);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < h->n_bounds; i++) {
+        cum += h->counts[i];
+        pb_buf_printf(out, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->bounds[i],
+                      (unsigned long long)cum);
+    }
+    cum += h->counts[h->n_bounds];
+    pb_buf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", h->name,
+                  (unsigned long long)cum, h->name, h->sum, h->name, (unsigned long long)h->count);
+}
+
+void pb_metrics_render(pb_buf_t *out)
+{
+    pthread_mutex_lock(&lock);
+    bool relay = strcmp(g.component, "consume") != 0;
+    bool consume = strcmp(g.component, "relay") != 0;
+
+    header(out, "postbox_info", "gauge", "postbox version and the component this process runs");
+    pb_buf_printf(out, "postbox_info{component=\"");
+    append_label_value(out, g.component);
+    pb_buf_printf(out, "\",version=\"%s\"} 1\n", POSTBOX_VERSION_STRING);
+    scalar(out, "postbox_start_time_seconds", "gauge", "unix time the process started",
+           g.start_time);
+    scalar(out, "postbox_database_up", "gauge", "1 while connected to PostgreSQL",
+           g.database_up ? 1 : 0);
+    scalar(out, "postbox_broker_up", "gauge", "1 while connected to the broker",
+           g.broker_up ? 1 : 0);
+    scalar(out, "postbox_owner", "gauge",
+           "1 while this process owns its work (relay: holds the relay lock; consume: consuming)",
+           g.owner ? 1 : 0);
+    if (relay) {
+        if (g.sampled) {
+            scalar(out, "postbox_outbox_backlog", "gauge",
+                   "pending outbox rows (exact up to the sampler's cap, else an upper bound)",
+                   g.backlog);
+            scalar(out, "postbox_outbox_backlog_exact", "gauge",
+                   "1 when postbox_outbox_backlog was counted exactly, 0 when it is the id-span bound",
+                   g.backlog_exact);
+            scalar(out, "postbox_outbox_oldest_pending_age_seconds", "gauge",
+                   "age of the oldest pending outbox event (0 when none is pending)", g.oldest_age);
+            scalar(out, "postbox_dead_letters", "gauge", "rows in postbox.dead_letters",
+                   g.dead_letters);
+            scalar(out, "postbox_sample_duration_seconds", "gauge",
+                   "time the last backlog sample queries took", g.sample_took);
+            scalar(out, "postbox_sample_timestamp_seconds", "gauge",
+                   "unix time of the last backlog sample", g.sample_time);
+        }
+        scalar(out, "postbox_last_publish_timestamp_seconds", "gauge",
+               "unix time of the last broker confirm (0: none since the start)", g.last_publish);
+        for (size_t i = 0; i < N_OF(families_relay); i++)
+            render_family(out, families_relay[i]);
+        render_histogram(out, &latency);
+    }
+    if (consume)
+        for (size_t i = 0; i < N_OF(families_consume); i++)
+            render_family(out, families_consume[i]);
+    render_histogram(out, &batch_size);
+    render_family(out, &purged);
+    pthread_mutex_unlock(&lock);
+}

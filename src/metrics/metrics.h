@@ -1,0 +1,78 @@
+/* The metrics registry: counters, gauges and histograms of the relay and the consumer, rendered
+ * in the Prometheus text exposition format (0.0.4) by the HTTP endpoint (metrics/http.h).
+ *
+ * One registry per process (a module-level singleton: the relay and the consumer are separate
+ * processes). Every function is thread-safe (@locks one registry mutex, held only for a lookup
+ * and an addition, never across I/O): the relay's loop, its worker thread, the sampler thread and
+ * the HTTP server thread all use it. Label values are copied; callers keep ownership of theirs.
+ * Every name is prefixed postbox_. Before pb_metrics_init the recording functions still work
+ * (they are cheap, and the figures are simply never exposed). */
+#ifndef PB_METRICS_METRICS_H
+#define PB_METRICS_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/str.h"
+
+/* Distinct label sets kept per labelled metric; further ones are added to a series whose label
+ * values are "other", so a producer inventing event types cannot exhaust memory. */
+#define PB_METRICS_MAX_SERIES 2000
+
+/* Sets the process information (postbox_info{component,version}) and the start time.
+ * component: "relay" or "consume". */
+void pb_metrics_init(const char *component);
+
+/* Drops every series and resets every value (tests). */
+void pb_metrics_reset(void);
+
+/* --- relay: one call per event outcome, from the loop thread ----------------------------- */
+
+/* The broker confirmed the event; latency_s = confirm time - created_at. Also sets the last
+ * successful publish timestamp. */
+void pb_metrics_published(const char *sink, const char *event_type, double latency_s);
+/* A publish attempt failed (a retry follows, or, with dead, the event went to dead_letters). */
+void pb_metrics_publish_failed(const char *sink, const char *event_type, bool dead);
+/* Events (relay) or messages (consume) handled in one batch. */
+void pb_metrics_batch(size_t n);
+
+/* --- connection state (/readyz) ---------------------------------------------------------- */
+
+/* database: connected to PostgreSQL; broker: connected to the broker; owner: owns its work
+ * (relay: holds the relay lock; consume: consuming). /readyz answers 200 only when all three. */
+void pb_metrics_set_state(bool database, bool broker, bool owner);
+bool pb_metrics_ready(void);
+
+/* --- sampled by the relay's sampler (metrics/sampler.h) ---------------------------------- */
+
+/* backlog: pending rows (exact: counted; else an upper bound, see sampler.c);
+ * oldest_age_s: age of the oldest pending event, 0 when none; dead_letters: rows in
+ * postbox.dead_letters; took_s: how long the sample queries took. */
+void pb_metrics_set_outbox(int64_t backlog, bool exact, double oldest_age_s, int64_t dead_letters,
+                           double took_s);
+
+/* Bytes of WAL between the server's current position and the slot's confirmed flush position.
+ * Set by the cdc capture. */
+void pb_metrics_set_slot_lag(const char *slot, int64_t bytes);
+
+/* --- consume ----------------------------------------------------------------------------- */
+
+/* Adds one batch's figures of a consumer (deltas, not totals). */
+void pb_metrics_inbox(const char *consumer, uint64_t processed, uint64_t duplicates,
+                      uint64_t failures, uint64_t dead);
+
+/* --- purge --------------------------------------------------------------------------------- */
+
+/* Rows deleted by retention; table: "outbox" or "inbox". */
+void pb_metrics_purged(const char *table, uint64_t rows);
+
+/* --- exposition ---------------------------------------------------------------------------- */
+
+/* Appends every metric in the text exposition format 0.0.4 to out. */
+void pb_metrics_render(pb_buf_t *out);
+
+/* Content-Type of the exposition. */
+#define PB_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+#endif

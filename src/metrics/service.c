@@ -1,0 +1,56 @@
+#include "metrics/service.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/str.h"
+#include "janitor/janitor.h"
+#include "metrics/http.h"
+#include "metrics/metrics.h"
+
+struct pb_ops {
+    pb_http_t *http;
+    pb_janitor_t *janitor;
+};
+
+pb_status_t pb_ops_start(const pb_config_t *cfg, const char *component, pb_ops_t **out,
+                         pb_error_t *err)
+{
+    *out = NULL;
+    bool relay = strcmp(component, "relay") == 0;
+    pb_metrics_init(component);
+    pb_metrics_set_state(false, false, false);
+    pb_ops_t *ops = pb_malloc(sizeof *ops);
+    memset(ops, 0, sizeof *ops);
+    pb_status_t st;
+    if (*cfg->metrics_listen &&
+        (st = pb_http_new(cfg->metrics_listen, &ops->http, err)) != PB_OK) {
+        free(ops);
+        return st;
+    }
+    pb_janitor_opts_t jo = {
+        .dsn = cfg->postgres_dsn,
+        .sample_interval_ms = relay && *cfg->metrics_listen ? cfg->metrics_sample_interval : 0,
+        .target = relay ? PB_PURGE_OUTBOX : PB_PURGE_INBOX,
+        .retention_ms = relay ? cfg->relay_retention : cfg->consume_retention,
+        .purge_interval_ms = relay ? cfg->relay_purge_interval : cfg->consume_purge_interval,
+        .consumer = relay ? NULL : cfg->consume_consumer,
+    };
+    if ((st = pb_janitor_start(&jo, &ops->janitor, err)) != PB_OK) {
+        pb_http_free(ops->http);
+        free(ops);
+        return st;
+    }
+    *out = ops;
+    return PB_OK;
+}
+
+void pb_ops_stop(pb_ops_t *ops)
+{
+    if (!ops)
+        return;
+    pb_metrics_set_state(false, false, false);
+    pb_janitor_stop(ops->janitor);
+    pb_http_free(ops->http);
+    free(ops);
+}

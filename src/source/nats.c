@@ -1,0 +1,648 @@
+/* NATS JetStream source (nats.c 3.4.1): one durable pull consumer on the stream, explicit acks.
+ *
+ * receive fetches in two steps so that a trickle is not delayed and a flood comes in whole
+ * batches: first what is available at once (no_wait), else a wait of up to wait_ms for one
+ * message; then, once the first is there, up to batch_wait_ms for the rest of the batch.
+ *
+ * pb_message_t.tag is a sequence number of this source (never reused, also not across
+ * reconnects); the natsMsg stays alive in a tag-ordered table until it is acknowledged or
+ * requeued (the consumer may hold a failed message unacknowledged across later receives and
+ * requeue it when its backoff is over). While a message is held, each receive sends
+ * "in progress" for it every ack_wait/2, so the server does not redeliver it behind the
+ * consumer's back. requeue is a nak: the server redelivers at once (the consumer has waited the
+ * backoff already). Acknowledged messages are destroyed at the next receive, so the strings of
+ * the last batch stay valid as promised in source.h.
+ *
+ * The message id is the Nats-Msg-Id header (or consume.message_id_header), the type the
+ * header "event_type"; the headers JSON is an object of every header (a string, or an array of
+ * strings for a repeated header), except Nats-Msg-Id.
+ *
+ * @thread loop: the consumer's thread only. */
+#include "source/source.h"
+
+#include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nats/nats.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/nats_conn.h"
+#include "common/str.h"
+#include "source/amqp_headers.h"
+
+#define FAC "source.nats"
+#define MSGID_HDR "Nats-Msg-Id"
+#define TYPE_HDR "event_type"
+#define NS_PER_MS INT64_C(1000000)
+#define API_WAIT_MS 5000
+
+typedef struct entry {
+    uint64_t tag;
+    natsMsg *msg; /* NULL once acknowledged or requeued */
+    int64_t progress_ms; /* delivery or last "in progress" */
+} entry_t;
+
+typedef struct nats_source {
+    pb_source_t base; /* first: the consumer holds a pb_source_t * */
+    char where[300];
+    char durable[128];
+    natsConnection *nc; /* NULL while disconnected */
+    jsCtx *js;
+    natsSubscription *sub;
+    pb_nats_stream_desc_t stream;
+    uint64_t next_tag;
+    entry_t *ent; /* outstanding messages, tags increasing, [head, len) */
+    size_t head, len, cap;
+    size_t live;    /* entries with msg != NULL */
+    natsMsg **done; /* acknowledged/requeued, destroyed at the next receive */
+    size_t ndone, capdone;
+    pb_buf_t text;  /* headers JSON and re-encoded ids of the current batch */
+} nats_source_t;
+
+static const pb_source_ops_t nats_source_ops;
+
+/* ---- the outstanding table ------------------------------------------------------------------ */
+
+static void free_done(nats_source_t *s)
+{
+    for (size_t i = 0; i < s->ndone; i++)
+        natsMsg_Destroy(s->done[i]);
+    s->ndone = 0;
+}
+
+static void retire(nats_source_t *s, entry_t *e)
+{
+    if (s->ndone == s->capdone) {
+        s->capdone = s->capdone ? s->capdone * 2 : 256;
+        s->done = pb_realloc(s->done, s->capdone * sizeof *s->done);
+    }
+    s->done[s->ndone++] = e->msg;
+    e->msg = NULL;
+    s->live--;
+}
+
+static void compact(nats_source_t *s)
+{
+    while (s->head < s->len && !s->ent[s->head].msg)
+        s->head++;
+    if (s->head == s->len) {
+        s->head = s->len = 0;
+    } else if (s->head > s->cap / 2) {
+        memmove(s->ent, s->ent + s->head, (s->len - s->head) * sizeof *s->ent);
+        s->len -= s->head;
+        s->head = 0;
+    }
+}
+
+static uint64_t remember(nats_source_t *s, natsMsg *m, int64_t now)
+{
+    if (s->len == s->cap) {
+        compact(s);
+        if (s->len == s->cap) {
+            s->cap = s->cap ? s->cap * 2 : 1024;
+            s->ent = pb_realloc(s->ent, s->cap * sizeof *s->ent);
+        }
+    }
+    uint64_t tag = ++s->next_tag;
+    s->ent[s->len++] = (entry_t){tag, m, now};
+    s->live++;
+    return tag;
+}
+
+static entry_t *find(nats_source_t *s, uint64_t tag)
+{
+    size_t lo = s->head, hi = s->len;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->ent[mid].tag < tag)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < s->len && s->ent[lo].tag == tag && s->ent[lo].msg)
+        return &s->ent[lo];
+    return NULL;
+}
+
+/* Forgets every outstanding message: naked when the connection still works (redelivered at
+ * once), else left to the server's ack_wait. */
+static void abandon_all(nats_source_t *s, bool nak)
+{
+    size_t naked = 0;
+    for (size_t i = s->head; i < s->len; i++) {
+        if (!s->ent[i].msg)
+            continue;
+        if (nak && natsMsg_Nak(s->ent[i].msg, NULL) == NATS_OK)
+            naked++;
+        retire(s, &s->ent[i]);
+    }
+    s->head = s->len = 0;
+    if (naked)
+        log_info(FAC, "gave %zu unacknowledged messages back to the stream", naked);
+    free_done(s);
+}
+
+/* ---- connection ----------------------------------------------------------------------------- */
+
+static void drop_connection(nats_source_t *s)
+{
+    bool up = s->nc && natsConnection_Status(s->nc) == NATS_CONN_STATUS_CONNECTED;
+    abandon_all(s, up);
+    if (up)
+        (void)natsConnection_FlushTimeout(s->nc, 1000); /* the naks */
+    if (s->sub) {
+        natsSubscription_Destroy(s->sub);
+        s->sub = NULL;
+    }
+    if (s->js) {
+        jsCtx_Destroy(s->js);
+        s->js = NULL;
+    }
+    if (s->nc) {
+        natsConnection_Destroy(s->nc);
+        s->nc = NULL;
+    }
+}
+
+static pb_status_t lost(nats_source_t *s, pb_error_t *err, const char *fmt, natsStatus ns)
+{
+    char buf[300];
+    pb_nats_error_text(ns, buf, sizeof buf);
+    natsConnStatus cs = s->nc ? natsConnection_Status(s->nc) : NATS_CONN_STATUS_CLOSED;
+    pb_fail(err, PB_TRANSIENT, "nats at %s: %s: %s (connection %s)", s->where, fmt, buf,
+            pb_nats_conn_status_name(cs));
+    drop_connection(s);
+    return PB_TRANSIENT;
+}
+
+static void consumer_config(const nats_source_t *s, jsConsumerConfig *cc)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    jsConsumerConfig_Init(cc);
+    cc->Durable = s->durable;
+    cc->Description = "postbox consume";
+    cc->DeliverPolicy = js_DeliverAll;
+    cc->AckPolicy = js_AckExplicit;
+    cc->AckWait = cfg->nats_ack_wait * NS_PER_MS;
+    cc->MaxDeliver = cfg->nats_max_deliver > 0 ? cfg->nats_max_deliver : -1;
+    cc->MaxAckPending = cfg->nats_max_ack_pending;
+    cc->FilterSubject = *cfg->nats_filter_subject ? cfg->nats_filter_subject : NULL;
+    cc->ReplayPolicy = js_ReplayInstant;
+}
+
+static bool same_str(const char *a, const char *b)
+{
+    return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+/* Creates the durable pull consumer, or brings an existing one to the configured settings. */
+static pb_status_t ensure_consumer(nats_source_t *s, pb_error_t *err)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    jsConsumerConfig want;
+    consumer_config(s, &want);
+    jsConsumerInfo *ci = NULL;
+    jsErrCode jerr = 0;
+    char buf[300];
+    natsStatus ns = js_GetConsumerInfo(&ci, s->js, cfg->nats_stream, s->durable, NULL, &jerr);
+    if (ns == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr) {
+        ns = js_AddConsumer(&ci, s->js, cfg->nats_stream, &want, NULL, &jerr);
+        if (ns != NATS_OK)
+            return pb_fail(err, pb_nats_status_transient(ns) ? PB_TRANSIENT : PB_FATAL,
+                           "creating durable consumer \"%s\" on stream \"%s\": %s",
+                           s->durable, cfg->nats_stream, pb_nats_error_text(ns, buf, sizeof buf));
+        log_info(FAC, "created durable pull consumer \"%s\" on stream \"%s\"", s->durable,
+                 cfg->nats_stream);
+        jsConsumerInfo_Destroy(ci);
+        return PB_OK;
+    }
+    if (ns != NATS_OK)
+        return pb_fail(err, pb_nats_status_transient(ns) ? PB_TRANSIENT : PB_FATAL,
+                       "looking up durable consumer \"%s\" on stream \"%s\": %s", s->durable,
+                       cfg->nats_stream, pb_nats_error_text(ns, buf, sizeof buf));
+    const jsConsumerConfig *have = ci->Config;
+    pb_status_t st = PB_OK;
+    if (have->DeliverSubject && *have->DeliverSubject) {
+        st = pb_fail(err, PB_FATAL, "durable consumer \"%s\" on stream \"%s\" is a push consumer: "
+                                    "postbox needs a pull consumer (delete it or set "
+                                    "nats.durable)", s->durable, cfg->nats_stream);
+    } else if (have->AckPolicy != js_AckExplicit) {
+        st = pb_fail(err, PB_FATAL, "durable consumer \"%s\" on stream \"%s\" does not use "
+                                    "explicit acks (delete it or set nats.durable)", s->durable,
+                     cfg->nats_stream);
+    } else if (have->AckWait != want.AckWait || have->MaxDeliver != want.MaxDeliver ||
+               have->MaxAckPending != want.MaxAckPending ||
+               !same_str(have->FilterSubject, want.FilterSubject)) {
+        want.DeliverPolicy = have->DeliverPolicy; /* cannot change */
+        want.OptStartSeq = have->OptStartSeq;
+        want.OptStartTime = have->OptStartTime;
+        jsConsumerInfo *upd = NULL;
+        ns = js_UpdateConsumer(&upd, s->js, cfg->nats_stream, &want, NULL, &jerr);
+        if (ns != NATS_OK)
+            st = pb_fail(err, pb_nats_status_transient(ns) ? PB_TRANSIENT : PB_FATAL,
+                         "durable consumer \"%s\" on stream \"%s\" has other settings and cannot "
+                         "be updated: %s (delete it, or set nats.durable)", s->durable,
+                         cfg->nats_stream, pb_nats_error_text(ns, buf, sizeof buf));
+        else
+            log_info(FAC, "updated durable consumer \"%s\" on stream \"%s\" to ack_wait %lld ms, "
+                          "max_deliver %lld, max_ack_pending %lld", s->durable, cfg->nats_stream,
+                     (long long)cfg->nats_ack_wait, (long long)cfg->nats_max_deliver,
+                     (long long)cfg->nats_max_ack_pending);
+        jsConsumerInfo_Destroy(upd);
+    }
+    jsConsumerInfo_Destroy(ci);
+    return st;
+}
+
+static pb_status_t src_connect(pb_source_t *src, pb_error_t *err)
+{
+    nats_source_t *s = (nats_source_t *)src;
+    const pb_config_t *cfg = src->cfg;
+    drop_connection(s);
+    pb_status_t st = pb_nats_connect(cfg, FAC, &s->nc, s->where, sizeof s->where, err);
+    if (st != PB_OK)
+        return st;
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = API_WAIT_MS;
+    char buf[300];
+    natsStatus ns = natsConnection_JetStream(&s->js, s->nc, &jo);
+    if (ns != NATS_OK) {
+        st = pb_fail(err, PB_FATAL, "nats at %s: jetstream context: %s", s->where,
+                     pb_nats_error_text(ns, buf, sizeof buf));
+        goto fail;
+    }
+    if ((st = pb_nats_check_jetstream(s->js, s->where, err)) != PB_OK)
+        goto fail;
+    pb_nats_stream_desc_free(&s->stream);
+    if ((st = pb_nats_ensure_stream(s->js, cfg, FAC, &s->stream, err)) != PB_OK)
+        goto fail;
+    if ((st = ensure_consumer(s, err)) != PB_OK)
+        goto fail;
+
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = cfg->nats_stream;
+    so.Consumer = s->durable;
+    so.ManualAck = true;
+    jsErrCode jerr = 0;
+    ns = js_PullSubscribe(&s->sub, s->js, NULL, s->durable, &jo, &so, &jerr);
+    if (ns != NATS_OK) {
+        st = pb_fail(err, pb_nats_status_transient(ns) ? PB_TRANSIENT : PB_FATAL,
+                     "nats at %s: pull subscription to consumer \"%s\": %s", s->where, s->durable,
+                     pb_nats_error_text(ns, buf, sizeof buf));
+        goto fail;
+    }
+    (void)natsSubscription_SetPendingLimits(s->sub, -1, -1);
+    log_info(FAC, "connected to nats at %s; durable pull consumer \"%s\" on %s (ack_wait %lld ms, "
+                  "max_deliver %s%lld)", s->where, s->durable, s->stream.text,
+             (long long)cfg->nats_ack_wait, cfg->nats_max_deliver > 0 ? "" : "unlimited/",
+             (long long)cfg->nats_max_deliver);
+    return PB_OK;
+fail:
+    drop_connection(s);
+    return st;
+}
+
+/* ---- receiving ------------------------------------------------------------------------------ */
+
+/* Keeps held messages from being redelivered: "in progress" every ack_wait/2. */
+static pb_status_t keep_alive(nats_source_t *s, int64_t now, pb_error_t *err)
+{
+    int64_t every = s->base.cfg->nats_ack_wait / 2;
+    for (size_t i = s->head; i < s->len; i++) {
+        entry_t *e = &s->ent[i];
+        if (!e->msg || now - e->progress_ms < every)
+            continue;
+        natsStatus ns = natsMsg_InProgress(e->msg, NULL);
+        if (ns != NATS_OK)
+            return lost(s, err, "sending in-progress for a held message", ns);
+        e->progress_ms = now;
+    }
+    return PB_OK;
+}
+
+/* One fetch of up to max messages into list. *got = 0 (not an error) when none came. */
+static natsStatus fetch(nats_source_t *s, natsMsgList *list, size_t max, int64_t wait_ms)
+{
+    jsFetchRequest req;
+    jsFetchRequest_Init(&req);
+    req.Batch = (int)max;
+    if (wait_ms > 0)
+        req.Expires = wait_ms * NS_PER_MS;
+    else
+        req.NoWait = true;
+    natsStatus ns = natsSubscription_FetchRequest(list, s->sub, &req);
+    if (ns == NATS_TIMEOUT || ns == NATS_NOT_FOUND) {
+        memset(list, 0, sizeof *list);
+        return NATS_OK;
+    }
+    return ns;
+}
+
+static size_t text_offset(nats_source_t *s)
+{
+    return s->text.len;
+}
+
+/* Appends str (NUL-terminated) as a string that PostgreSQL text and jsonb accept: as is when it
+ * is UTF-8, else "\x" and its bytes in hex. With json, as a JSON string literal. */
+static void put_text(nats_source_t *s, const char *str, bool json)
+{
+    size_t len = strlen(str);
+    if (pb_utf8_valid(str, len)) {
+        if (json)
+            pb_buf_append_json_string(&s->text, str);
+        else
+            pb_buf_append(&s->text, str, len);
+        return;
+    }
+    static const char digits[] = "0123456789abcdef";
+    if (json)
+        pb_buf_putc(&s->text, '"');
+    pb_buf_puts(&s->text, json ? "\\\\x" : "\\x");
+    for (size_t i = 0; i < len; i++) {
+        pb_buf_putc(&s->text, digits[(unsigned char)str[i] >> 4]);
+        pb_buf_putc(&s->text, digits[(unsigned char)str[i] & 0x0f]);
+    }
+    if (json)
+        pb_buf_putc(&s->text, '"');
+}
+
+/* Where a message's strings start in s->text (pointers are set once the batch is complete,
+ * because the buffer may move while it grows). SIZE_MAX: none / points into the message. */
+typedef struct offsets {
+    size_t headers, message_id, type;
+} offsets_t;
+
+static void take_message(nats_source_t *s, natsMsg *m, pb_message_t *out, offsets_t *off)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    memset(out, 0, sizeof *out);
+    out->routing_key = natsMsg_GetSubject(m);
+    out->exchange = cfg->nats_stream;
+    out->body = natsMsg_GetData(m);
+    out->body_len = (size_t)natsMsg_GetDataLength(m);
+    if (!out->body)
+        out->body = "";
+
+    jsMsgMetaData *meta = NULL;
+    if (natsMsg_GetMetaData(&meta, m) == NATS_OK) {
+        out->redelivered = meta->NumDelivered > 1;
+        out->timestamp = meta->Timestamp / 1000000000;
+        jsMsgMetaData_Destroy(meta);
+    }
+
+    off->message_id = off->type = SIZE_MAX;
+    const char *idkey = *cfg->consume_message_id_header ? cfg->consume_message_id_header : MSGID_HDR;
+    const char *v = NULL;
+    if (natsMsgHeader_Get(m, idkey, &v) == NATS_OK && v && *v) {
+        off->message_id = text_offset(s);
+        put_text(s, v, false);
+        pb_buf_putc(&s->text, '\0');
+    }
+    v = NULL;
+    if (natsMsgHeader_Get(m, TYPE_HDR, &v) == NATS_OK && v && *v) {
+        off->type = text_offset(s);
+        put_text(s, v, false);
+        pb_buf_putc(&s->text, '\0');
+    }
+
+    off->headers = text_offset(s);
+    const char **keys = NULL;
+    int nkeys = 0;
+    pb_buf_putc(&s->text, '{');
+    if (natsMsgHeader_Keys(m, &keys, &nkeys) == NATS_OK) {
+        bool first = true;
+        for (int k = 0; k < nkeys; k++) {
+            if (strcmp(keys[k], MSGID_HDR) == 0)
+                continue;
+            const char **vals = NULL;
+            int nvals = 0;
+            if (natsMsgHeader_Values(m, keys[k], &vals, &nvals) != NATS_OK || nvals <= 0) {
+                free((void *)vals);
+                continue;
+            }
+            if (!first)
+                pb_buf_putc(&s->text, ',');
+            first = false;
+            put_text(s, keys[k], true);
+            pb_buf_putc(&s->text, ':');
+            if (nvals == 1) {
+                put_text(s, vals[0], true);
+            } else {
+                pb_buf_putc(&s->text, '[');
+                for (int j = 0; j < nvals; j++) {
+                    if (j)
+                        pb_buf_putc(&s->text, ',');
+                    put_text(s, vals[j], true);
+                }
+                pb_buf_putc(&s->text, ']');
+            }
+            free((void *)vals);
+        }
+        free((void *)keys);
+    }
+    pb_buf_puts(&s->text, "}");
+    pb_buf_putc(&s->text, '\0');
+}
+
+static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max, int64_t wait_ms,
+                               int64_t batch_wait_ms, size_t *n, pb_error_t *err)
+{
+    nats_source_t *s = (nats_source_t *)src;
+    *n = 0;
+    free_done(s); /* the previous batch's strings go now */
+    pb_buf_reset(&s->text);
+    if (!s->nc || !s->sub)
+        return pb_fail(err, PB_TRANSIENT, "not connected to nats at %s", s->where);
+    natsConnStatus cs = natsConnection_Status(s->nc);
+    if (cs != NATS_CONN_STATUS_CONNECTED) {
+        pb_fail(err, PB_TRANSIENT, "nats at %s: connection %s", s->where,
+                pb_nats_conn_status_name(cs));
+        drop_connection(s);
+        return PB_TRANSIENT;
+    }
+    int64_t now = pb_monotonic_ms();
+    pb_status_t st = keep_alive(s, now, err);
+    if (st != PB_OK)
+        return st;
+    if (max == 0)
+        return PB_OK;
+
+    natsMsg **got = pb_malloc(max * sizeof *got);
+    size_t ngot = 0;
+    natsMsgList list;
+    /* what is there now; else wait for one */
+    natsStatus ns = fetch(s, &list, max, 0);
+    /* a late status of an earlier pull request can end a wait early: wait out the rest */
+    int64_t until = now + wait_ms;
+    while (ns == NATS_OK && list.Count == 0 && until - pb_monotonic_ms() > 2)
+        ns = fetch(s, &list, 1, until - pb_monotonic_ms());
+    for (int i = 0; ns == NATS_OK && i < list.Count; i++) {
+        got[ngot++] = list.Msgs[i];
+        list.Msgs[i] = NULL;
+    }
+    if (ns == NATS_OK)
+        natsMsgList_Destroy(&list);
+    /* the first is there: the rest of the batch within batch_wait */
+    if (ns == NATS_OK && ngot > 0 && ngot < max && batch_wait_ms > 0) {
+        ns = fetch(s, &list, max - ngot, batch_wait_ms);
+        for (int i = 0; ns == NATS_OK && i < list.Count && ngot < max; i++) {
+            got[ngot++] = list.Msgs[i];
+            list.Msgs[i] = NULL;
+        }
+        if (ns == NATS_OK)
+            natsMsgList_Destroy(&list);
+    }
+    if (ns != NATS_OK && ngot == 0) {
+        free(got);
+        return lost(s, err, "fetching messages", ns);
+    }
+    if (ns != NATS_OK) {
+        log_warn(FAC, "fetching more messages failed after %zu: %s", ngot,
+                 natsStatus_GetText(ns));
+    }
+
+    offsets_t *off = pb_malloc((ngot ? ngot : 1) * sizeof *off);
+    now = pb_monotonic_ms();
+    for (size_t i = 0; i < ngot; i++) {
+        take_message(s, got[i], &msgs[i], &off[i]);
+        msgs[i].tag = remember(s, got[i], now);
+    }
+    for (size_t i = 0; i < ngot; i++) {
+        msgs[i].headers = s->text.data + off[i].headers;
+        msgs[i].message_id = off[i].message_id == SIZE_MAX ? NULL : s->text.data + off[i].message_id;
+        msgs[i].type = off[i].type == SIZE_MAX ? NULL : s->text.data + off[i].type;
+    }
+    free(off);
+    free(got);
+    *n = ngot;
+    return PB_OK;
+}
+
+/* ---- ack / requeue -------------------------------------------------------------------------- */
+
+static pb_status_t stale(nats_source_t *s, uint64_t tag, const char *what, pb_error_t *err)
+{
+    return pb_fail(err, PB_TRANSIENT, "cannot %s message %llu: not outstanding on the current "
+                                      "connection to nats at %s (reconnected since?)", what,
+                   (unsigned long long)tag, s->where);
+}
+
+static pb_status_t src_ack(pb_source_t *src, uint64_t tag, bool multiple, pb_error_t *err)
+{
+    nats_source_t *s = (nats_source_t *)src;
+    if (!s->nc)
+        return pb_fail(err, PB_TRANSIENT, "not connected to nats at %s", s->where);
+    if (!multiple) {
+        entry_t *e = find(s, tag);
+        if (!e)
+            return stale(s, tag, "acknowledge", err);
+        natsStatus ns = natsMsg_Ack(e->msg, NULL);
+        if (ns != NATS_OK)
+            return lost(s, err, "acknowledging a message", ns);
+        retire(s, e);
+        compact(s);
+        return PB_OK;
+    }
+    if (!find(s, tag))
+        return stale(s, tag, "acknowledge", err);
+    for (size_t i = s->head; i < s->len && s->ent[i].tag <= tag; i++) {
+        entry_t *e = &s->ent[i];
+        if (!e->msg)
+            continue;
+        natsStatus ns = natsMsg_Ack(e->msg, NULL);
+        if (ns != NATS_OK)
+            return lost(s, err, "acknowledging messages", ns);
+        retire(s, e);
+    }
+    compact(s);
+    return PB_OK;
+}
+
+static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
+{
+    nats_source_t *s = (nats_source_t *)src;
+    if (!s->nc)
+        return pb_fail(err, PB_TRANSIENT, "not connected to nats at %s", s->where);
+    entry_t *e = find(s, tag);
+    if (!e)
+        return stale(s, tag, "requeue", err);
+    natsStatus ns = natsMsg_Nak(e->msg, NULL);
+    if (ns != NATS_OK)
+        return lost(s, err, "naking a message", ns);
+    retire(s, e);
+    compact(s);
+    return PB_OK;
+}
+
+/* ---- free / new ----------------------------------------------------------------------------- */
+
+static void src_free(pb_source_t *src)
+{
+    if (!src)
+        return;
+    nats_source_t *s = (nats_source_t *)src;
+    drop_connection(s);
+    free_done(s);
+    free(s->done);
+    free(s->ent);
+    pb_buf_free(&s->text);
+    pb_nats_stream_desc_free(&s->stream);
+    free(s);
+    pb_nats_lib_release();
+}
+
+static const pb_source_ops_t nats_source_ops = {
+    .name = "nats",
+    .connect = src_connect,
+    .receive = src_receive,
+    .ack = src_ack,
+    .requeue = src_requeue,
+    .free = src_free,
+};
+
+pb_status_t pb_source_nats_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err)
+{
+    *out = NULL;
+    if (!*cfg->nats_url)
+        return pb_fail(err, PB_FATAL, "nats.url is empty");
+    if (cfg->nats_max_deliver > 0 && cfg->nats_max_deliver <= cfg->consume_max_attempts)
+        return pb_fail(err, PB_FATAL,
+                       "nats.max_deliver (%lld) must exceed consume.max_attempts (%lld): the "
+                       "inbox moves a failing message to postbox.inbox_dead after its attempts; "
+                       "the server would stop delivering it first (0: unlimited)",
+                       (long long)cfg->nats_max_deliver, (long long)cfg->consume_max_attempts);
+    if (*cfg->nats_filter_subject && !pb_nats_subject_matches(">", cfg->nats_filter_subject))
+        return pb_fail(err, PB_FATAL, "nats.filter_subject \"%s\" is not a subject",
+                       cfg->nats_filter_subject);
+    nats_source_t *s = pb_malloc(sizeof *s);
+    memset(s, 0, sizeof *s);
+    s->base.ops = &nats_source_ops;
+    s->base.cfg = cfg;
+    if (*cfg->nats_durable) {
+        snprintf(s->durable, sizeof s->durable, "%s", cfg->nats_durable);
+        if (strlen(cfg->nats_durable) >= sizeof s->durable ||
+            strpbrk(cfg->nats_durable, ".*> \t/\\")) {
+            free(s);
+            return pb_fail(err, PB_FATAL, "nats.durable \"%s\": a consumer name may not contain "
+                                          "'.', '*', '>', '/', '\\' or blanks (at most %zu "
+                                          "bytes)", cfg->nats_durable, sizeof s->durable - 1);
+        }
+    } else {
+        /* postbox_<consume.consumer>, other characters than [A-Za-z0-9_-] as '_' */
+        snprintf(s->durable, sizeof s->durable, "postbox_%s", cfg->consume_consumer);
+        for (char *p = s->durable; *p; p++)
+            if (!isalnum((unsigned char)*p) && *p != '_' && *p != '-')
+                *p = '_';
+    }
+    pb_redact_secret(cfg->nats_url, s->where, sizeof s->where);
+    pb_nats_lib_retain();
+    *out = &s->base;
+    return PB_OK;
+}

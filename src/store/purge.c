@@ -1,0 +1,82 @@
+#include "store/purge.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "metrics/metrics.h"
+#include "store/pg.h"
+
+/* FOR UPDATE SKIP LOCKED: never wait for a row someone else holds; it is taken next time. */
+static const char purge_outbox_sql[] =
+    "DELETE FROM postbox.outbox WHERE id IN ("
+    "  SELECT id FROM postbox.outbox"
+    "  WHERE published_at IS NOT NULL AND published_at < $1::timestamptz"
+    "  LIMIT $2::integer FOR UPDATE SKIP LOCKED)";
+
+static const char purge_inbox_sql[] =
+    "DELETE FROM postbox.inbox i USING ("
+    "  SELECT consumer, message_id FROM postbox.inbox b"
+    "  WHERE b.received_at < $1::timestamptz AND ($3::text IS NULL OR b.consumer = $3::text)"
+    "    AND (b.processed_at IS NOT NULL OR NOT EXISTS ("
+    "         SELECT 1 FROM postbox.inbox_dead d"
+    "         WHERE d.consumer = b.consumer AND d.message_id = b.message_id))"
+    "  LIMIT $2::integer FOR UPDATE SKIP LOCKED) old "
+    "WHERE i.consumer = old.consumer AND i.message_id = old.message_id";
+
+const char *pb_purge_table(pb_purge_target_t target)
+{
+    return target == PB_PURGE_INBOX ? "inbox" : "outbox";
+}
+
+pb_status_t pb_purge_begin(pb_purge_t *p, PGconn *conn, pb_purge_target_t target,
+                           int64_t older_than_ms, const char *consumer, int batch, pb_error_t *err)
+{
+    memset(p, 0, sizeof *p);
+    p->conn = conn;
+    p->target = target;
+    p->consumer = consumer;
+    p->batch = batch > 0 ? batch : PB_PURGE_DEFAULT_BATCH;
+    char ms[24];
+    snprintf(ms, sizeof ms, "%lld", (long long)older_than_ms);
+    const char *params[1] = {ms};
+    PGresult *res = PQexecParams(conn,
+                                 "SELECT (now() - $1::bigint * interval '1 millisecond')::text",
+                                 1, NULL, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "purge cutoff", err);
+    if (st != PB_OK)
+        return st;
+    snprintf(p->cutoff, sizeof p->cutoff, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return PB_OK;
+}
+
+pb_status_t pb_purge_step(pb_purge_t *p, uint64_t *rows, pb_error_t *err)
+{
+    *rows = 0;
+    if (p->done)
+        return PB_OK;
+    char batch[16];
+    snprintf(batch, sizeof batch, "%d", p->batch);
+    const char *params[3] = {p->cutoff, batch, p->consumer};
+    bool inbox = p->target == PB_PURGE_INBOX;
+    int64_t t0 = pb_wall_us();
+    PGresult *res = PQexecParams(p->conn, inbox ? purge_inbox_sql : purge_outbox_sql,
+                                 inbox ? 3 : 2, NULL, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(p->conn, res, PGRES_COMMAND_OK, "purge", err);
+    if (st != PB_OK)
+        return st;
+    double ms = (double)(pb_wall_us() - t0) / 1000.0;
+    *rows = strtoull(PQcmdTuples(res), NULL, 10);
+    PQclear(res);
+    p->deleted += *rows;
+    p->batches++;
+    if (ms > p->max_batch_ms)
+        p->max_batch_ms = ms;
+    if (*rows < (uint64_t)p->batch)
+        p->done = true;
+    if (*rows)
+        pb_metrics_purged(pb_purge_table(p->target), *rows);
+    return PB_OK;
+}

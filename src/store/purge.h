@@ -1,0 +1,52 @@
+/* Retention: deletes published outbox rows and handled inbox rows older than an age, in small
+ * batches, each its own short transaction (autocommit), so that the purge never holds many locks
+ * or a long transaction (which would hold back vacuum and the relay's own work).
+ *
+ * Outbox: rows with published_at before the cutoff (walks the partial index
+ * outbox_published_at). Inbox: rows received before the cutoff that were processed, or that
+ * were never processed and have no postbox.inbox_dead entry (a dead message keeps its inbox row
+ * so that a redelivery is not handled again: `postbox dlq --inbox` replays or drops it). Dead
+ * letters are never purged by age.
+ *
+ * Usage: pb_purge_begin fixes the cutoff (now() - older_than on the server's clock), then
+ * pb_purge_step deletes one batch per call until *done: callers interleave other work (the
+ * relay's janitor samples metrics between batches) or stop between batches. */
+#ifndef PB_STORE_PURGE_H
+#define PB_STORE_PURGE_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+#define PB_PURGE_DEFAULT_BATCH 5000
+
+typedef enum pb_purge_target {
+    PB_PURGE_OUTBOX = 0,
+    PB_PURGE_INBOX,
+} pb_purge_target_t;
+
+typedef struct pb_purge {
+    PGconn *conn; /* borrowed; must be outside any transaction */
+    pb_purge_target_t target;
+    char cutoff[64];      /* timestamptz text */
+    const char *consumer; /* inbox: only this consumer's rows (borrowed); NULL: every consumer */
+    int batch;
+    uint64_t deleted;      /* rows so far */
+    uint64_t batches;      /* statements so far */
+    double max_batch_ms;   /* longest batch so far */
+    bool done;
+} pb_purge_t;
+
+/* Fixes the cutoff. older_than_ms > 0; batch 0 means PB_PURGE_DEFAULT_BATCH. */
+pb_status_t pb_purge_begin(pb_purge_t *p, PGconn *conn, pb_purge_target_t target,
+                           int64_t older_than_ms, const char *consumer, int batch,
+                           pb_error_t *err) PB_MUSTCHECK;
+
+/* Deletes one batch (one transaction); sets p->done when fewer than batch rows were left. */
+pb_status_t pb_purge_step(pb_purge_t *p, uint64_t *rows, pb_error_t *err) PB_MUSTCHECK;
+
+const char *pb_purge_table(pb_purge_target_t target); /* "outbox" | "inbox" */
+
+#endif

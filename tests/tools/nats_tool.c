@@ -1,0 +1,405 @@
+/* nats-tool: a small NATS JetStream client for postbox's integration tests and benchmark.
+ * Independent of postbox's own code (only nats.c), so it checks what the relay did from the
+ * outside.
+ *
+ *   nats-tool count URL STREAM
+ *       the stream's message count (exit 1 when the stream does not exist)
+ *   nats-tool stream-info URL STREAM
+ *       one line: messages=N bytes=B first_seq=F last_seq=L storage=file|memory replicas=R
+ *       max_age_ms=A max_msgs=M max_bytes=B duplicates_ms=D subjects=S1,S2
+ *   nats-tool delete-stream URL STREAM
+ *       deletes the stream (no error when it does not exist)
+ *   nats-tool consumer-info URL STREAM DURABLE
+ *       one line: pending=P ack_pending=A redelivered=R waiting=W
+ *   nats-tool drain URL STREAM SUBJECT [--expect N] [--idle-ms MS] [--timeout-s S]
+ *       reads the stream from its first message with an ordered consumer (the stream keeps its
+ *       messages) filtered by SUBJECT (">" for all); one line per message:
+ *       Nats-Msg-Id TAB event_type TAB subject TAB aggregate_type TAB aggregate_id TAB body
+ *       (headers; tabs and newlines inside fields become spaces). Stops once at least N
+ *       messages arrived and none arrived for MS milliseconds; exit 1 when S seconds pass first
+ *   nats-tool publish URL SUBJECT MSGID TYPE BODY [COUNT]
+ *       COUNT (default 1) copies of one message, synchronously acknowledged by JetStream, with
+ *       Nats-Msg-Id MSGID (empty: none) and header event_type TYPE (empty: none); prints
+ *       "stored S, duplicates D"; exit 1 when JetStream refuses one
+ *   nats-tool publish-raw URL SUBJECT N SIZE MAXPENDING
+ *       the benchmark's baseline: N messages of SIZE bytes published asynchronously
+ *       (js_PublishMsgAsync, at most MAXPENDING unacknowledged), each with its own Nats-Msg-Id
+ *       and the headers the relay sets (event_type, aggregate_type, aggregate_id); waits for
+ *       every ack; prints "published N in S seconds: R msgs/s" (exit 1 on any failed ack)
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nats/nats.h>
+
+static const char *progname = "nats-tool";
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", progname);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stdout);
+    exit(1);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static long parse_long(const char *s, const char *what, long min, long max)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < min || v > max)
+        die("%s must be an integer in %ld..%ld: '%s'", what, min, max, s);
+    return v;
+}
+
+static void check(natsStatus s, const char *what)
+{
+    if (s != NATS_OK)
+        die("%s: %s (%s)", what, natsStatus_GetText(s), nats_GetLastError(NULL));
+}
+
+static natsConnection *nc;
+static jsCtx *js;
+
+static void open_url(const char *url, jsOptions *jo)
+{
+    natsOptions *o;
+    check(natsOptions_Create(&o), "options");
+    check(natsOptions_SetURL(o, url), "url");
+    if (strncmp(url, "tls://", 6) == 0)
+        check(natsOptions_SetSecure(o, true), "tls");
+    check(natsConnection_Connect(&nc, o), "connect");
+    natsOptions_Destroy(o);
+    jsOptions def;
+    if (!jo) {
+        jsOptions_Init(&def);
+        jo = &def;
+    }
+    check(natsConnection_JetStream(&js, nc, jo), "jetstream context");
+}
+
+static void close_all(void)
+{
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    nats_Close();
+}
+
+static jsStreamInfo *stream_info(const char *stream, bool must)
+{
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetStreamInfo(&si, js, stream, NULL, &jerr);
+    if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr) {
+        if (must)
+            die("stream \"%s\" does not exist", stream);
+        return NULL;
+    }
+    check(s, "stream info");
+    return si;
+}
+
+static int cmd_count(int argc, char **argv)
+{
+    if (argc != 2)
+        die("usage: count URL STREAM");
+    open_url(argv[0], NULL);
+    jsStreamInfo *si = stream_info(argv[1], true);
+    printf("%" PRIu64 "\n", si->State.Msgs);
+    jsStreamInfo_Destroy(si);
+    close_all();
+    return 0;
+}
+
+static int cmd_stream_info(int argc, char **argv)
+{
+    if (argc != 2)
+        die("usage: stream-info URL STREAM");
+    open_url(argv[0], NULL);
+    jsStreamInfo *si = stream_info(argv[1], true);
+    const jsStreamConfig *c = si->Config;
+    printf("messages=%" PRIu64 " bytes=%" PRIu64 " first_seq=%" PRIu64 " last_seq=%" PRIu64
+           " storage=%s replicas=%" PRId64 " max_age_ms=%" PRId64 " max_msgs=%" PRId64
+           " max_bytes=%" PRId64 " duplicates_ms=%" PRId64 " subjects=",
+           si->State.Msgs, si->State.Bytes, si->State.FirstSeq, si->State.LastSeq,
+           c->Storage == js_MemoryStorage ? "memory" : "file", c->Replicas,
+           c->MaxAge / 1000000, c->MaxMsgs, c->MaxBytes, c->Duplicates / 1000000);
+    for (int i = 0; i < c->SubjectsLen; i++)
+        printf("%s%s", i ? "," : "", c->Subjects[i]);
+    putchar('\n');
+    jsStreamInfo_Destroy(si);
+    close_all();
+    return 0;
+}
+
+static int cmd_delete_stream(int argc, char **argv)
+{
+    if (argc != 2)
+        die("usage: delete-stream URL STREAM");
+    open_url(argv[0], NULL);
+    jsErrCode jerr = 0;
+    natsStatus s = js_DeleteStream(js, argv[1], NULL, &jerr);
+    if (s != NATS_OK && s != NATS_NOT_FOUND && jerr != JSStreamNotFoundErr)
+        check(s, "delete stream");
+    close_all();
+    return 0;
+}
+
+static int cmd_consumer_info(int argc, char **argv)
+{
+    if (argc != 3)
+        die("usage: consumer-info URL STREAM DURABLE");
+    open_url(argv[0], NULL);
+    jsConsumerInfo *ci = NULL;
+    jsErrCode jerr = 0;
+    check(js_GetConsumerInfo(&ci, js, argv[1], argv[2], NULL, &jerr), "consumer info");
+    printf("pending=%" PRIu64 " ack_pending=%" PRId64 " redelivered=%" PRId64 " waiting=%" PRId64
+           "\n", ci->NumPending, ci->NumAckPending, ci->NumRedelivered, ci->NumWaiting);
+    jsConsumerInfo_Destroy(ci);
+    close_all();
+    return 0;
+}
+
+static void put_field(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        putchar(c == '\t' || c == '\n' || c == '\r' ? ' ' : c);
+    }
+}
+
+static void put_header(natsMsg *m, const char *key)
+{
+    const char *v = NULL;
+    if (natsMsgHeader_Get(m, key, &v) == NATS_OK && v)
+        put_field(v, strlen(v));
+}
+
+static int cmd_drain(int argc, char **argv)
+{
+    if (argc < 3)
+        die("usage: drain URL STREAM SUBJECT [--expect N] [--idle-ms MS] [--timeout-s S]");
+    long expect = 0, idle_ms = 2000, timeout_s = 300;
+    for (int i = 3; i < argc; i++) {
+        if (i + 1 >= argc)
+            die("%s needs a value", argv[i]);
+        if (!strcmp(argv[i], "--expect"))
+            expect = parse_long(argv[++i], "--expect", 0, 1000000000);
+        else if (!strcmp(argv[i], "--idle-ms"))
+            idle_ms = parse_long(argv[++i], "--idle-ms", 1, 3600000);
+        else if (!strcmp(argv[i], "--timeout-s"))
+            timeout_s = parse_long(argv[++i], "--timeout-s", 1, 86400);
+        else
+            die("unknown option %s", argv[i]);
+    }
+    open_url(argv[0], NULL);
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = argv[1];
+    so.Ordered = true;
+    natsSubscription *sub = NULL;
+    jsErrCode jerr = 0;
+    check(js_SubscribeSync(&sub, js, argv[2], NULL, &so, &jerr), "subscribe");
+    check(natsSubscription_SetPendingLimits(sub, -1, -1), "pending limits");
+    long got = 0;
+    double deadline = now_s() + (double)timeout_s;
+    for (;;) {
+        double left = deadline - now_s();
+        if (left <= 0)
+            break;
+        long wait = got >= expect ? idle_ms : (long)(left * 1000) + 1;
+        if (wait > (long)(left * 1000) + 1)
+            wait = (long)(left * 1000) + 1;
+        natsMsg *m = NULL;
+        natsStatus s = natsSubscription_NextMsg(&m, sub, wait);
+        if (s == NATS_TIMEOUT) {
+            if (got >= expect)
+                break;
+            continue;
+        }
+        check(s, "next message");
+        put_header(m, "Nats-Msg-Id");
+        putchar('\t');
+        put_header(m, "event_type");
+        putchar('\t');
+        put_field(natsMsg_GetSubject(m), strlen(natsMsg_GetSubject(m)));
+        putchar('\t');
+        put_header(m, "aggregate_type");
+        putchar('\t');
+        put_header(m, "aggregate_id");
+        putchar('\t');
+        put_field(natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m));
+        putchar('\n');
+        natsMsg_Destroy(m);
+        got++;
+    }
+    natsSubscription_Destroy(sub);
+    close_all();
+    fflush(stdout);
+    if (got < expect) {
+        fprintf(stderr, "%s: only %ld of %ld messages within %ld s\n", progname, got, expect,
+                timeout_s);
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_publish(int argc, char **argv)
+{
+    if (argc < 5 || argc > 6)
+        die("usage: publish URL SUBJECT MSGID TYPE BODY [COUNT]");
+    long count = argc == 6 ? parse_long(argv[5], "COUNT", 1, 1000000) : 1;
+    open_url(argv[0], NULL);
+    long stored = 0, dups = 0;
+    for (long i = 0; i < count; i++) {
+        natsMsg *m = NULL;
+        check(natsMsg_Create(&m, argv[1], NULL, argv[4], (int)strlen(argv[4])), "message");
+        if (*argv[3])
+            check(natsMsgHeader_Set(m, "event_type", argv[3]), "header");
+        jsPubOptions po;
+        jsPubOptions_Init(&po);
+        if (*argv[2])
+            po.MsgId = argv[2];
+        jsPubAck *pa = NULL;
+        jsErrCode jerr = 0;
+        natsStatus s = js_PublishMsg(&pa, js, m, &po, &jerr);
+        natsMsg_Destroy(m);
+        if (s != NATS_OK)
+            die("publish to %s: %s (%s, jetstream error %d)", argv[1], natsStatus_GetText(s),
+                nats_GetLastError(NULL), (int)jerr);
+        if (pa->Duplicate)
+            dups++;
+        else
+            stored++;
+        jsPubAck_Destroy(pa);
+    }
+    printf("stored %ld, duplicates %ld\n", stored, dups);
+    close_all();
+    return 0;
+}
+
+/* publish-raw: acks counted on nats.c's thread */
+static pthread_mutex_t raw_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t raw_cv = PTHREAD_COND_INITIALIZER;
+static long raw_acked, raw_failed;
+static char raw_error[256];
+
+static void raw_ack(jsCtx *ctx, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
+{
+    (void)ctx;
+    (void)closure;
+    pthread_mutex_lock(&raw_mu);
+    raw_acked++;
+    if (!pa) {
+        if (!raw_failed++)
+            snprintf(raw_error, sizeof raw_error, "%s (%s)", natsStatus_GetText(pae->Err),
+                     pae->ErrText ? pae->ErrText : "");
+    }
+    pthread_cond_broadcast(&raw_cv);
+    pthread_mutex_unlock(&raw_mu);
+    natsMsg_Destroy(msg);
+}
+
+static int cmd_publish_raw(int argc, char **argv)
+{
+    if (argc != 5)
+        die("usage: publish-raw URL SUBJECT N SIZE MAXPENDING");
+    long n = parse_long(argv[2], "N", 1, 100000000);
+    long size = parse_long(argv[3], "SIZE", 1, 64 * 1024 * 1024);
+    long maxp = parse_long(argv[4], "MAXPENDING", 1, 10000000);
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.PublishAsync.MaxPending = maxp;
+    jo.PublishAsync.AckHandler = raw_ack;
+    jo.PublishAsync.StallWait = 30000;
+    open_url(argv[0], &jo);
+    char *body = malloc((size_t)size);
+    if (!body)
+        die("out of memory");
+    memset(body, 'x', (size_t)size);
+    if (size >= 2) {
+        body[0] = '{';
+        body[size - 1] = '}';
+    }
+    uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = 30000;
+    double t0 = now_s();
+    for (long i = 0; i < n; i++) {
+        char id[64], agg[32];
+        snprintf(id, sizeof id, "%08" PRIx64 "-0000-4000-8000-%012lx", (uint64_t)(seed & 0xffffffffu),
+                 (unsigned long)i);
+        snprintf(agg, sizeof agg, "agg-%ld", i % 100);
+        natsMsg *m = NULL;
+        check(natsMsg_Create(&m, argv[1], NULL, body, (int)size), "message");
+        check(natsMsgHeader_Set(m, "event_type", "bench.raw.v1"), "header");
+        check(natsMsgHeader_Set(m, "aggregate_type", "bench"), "header");
+        check(natsMsgHeader_Set(m, "aggregate_id", agg), "header");
+        po.MsgId = id;
+        natsStatus s = js_PublishMsgAsync(js, &m, &po);
+        natsMsg_Destroy(m);
+        check(s, "publish");
+    }
+    pthread_mutex_lock(&raw_mu);
+    while (raw_acked < n)
+        pthread_cond_wait(&raw_cv, &raw_mu);
+    pthread_mutex_unlock(&raw_mu);
+    double t1 = now_s();
+    if (raw_failed)
+        die("%ld of %ld acks failed, e.g. %s", raw_failed, n, raw_error);
+    printf("published %ld in %.3f seconds: %.0f msgs/s\n", n, t1 - t0, (double)n / (t1 - t0));
+    free(body);
+    close_all();
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: %s count|stream-info|delete-stream|consumer-info|drain|publish|"
+                    "publish-raw ARGS... (see tests/tools/nats_tool.c)\n", progname);
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        usage();
+    const char *cmd = argv[1];
+    argc -= 2;
+    argv += 2;
+    if (!strcmp(cmd, "count"))
+        return cmd_count(argc, argv);
+    if (!strcmp(cmd, "stream-info"))
+        return cmd_stream_info(argc, argv);
+    if (!strcmp(cmd, "delete-stream"))
+        return cmd_delete_stream(argc, argv);
+    if (!strcmp(cmd, "consumer-info"))
+        return cmd_consumer_info(argc, argv);
+    if (!strcmp(cmd, "drain"))
+        return cmd_drain(argc, argv);
+    if (!strcmp(cmd, "publish"))
+        return cmd_publish(argc, argv);
+    if (!strcmp(cmd, "publish-raw"))
+        return cmd_publish_raw(argc, argv);
+    usage();
+}
