@@ -17,6 +17,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/str.h"
+#include "metrics/metrics.h"
+#include "metrics/service.h"
 #include "relay/relay.h"
 #include "relay/support.h"
 #include "store/dead_letters.h"
@@ -234,6 +236,7 @@ static pb_status_t dead_letter(cdc_relay_t *r, size_t i, const char *reason, pb_
              reason);
     pb_status_t st = pb_dead_letter_event(r->conn, &r->events[i], r->attempts[i], reason, err);
     if (st == PB_OK) {
+        pb_metrics_publish_failed(r->snk->ops->name, r->events[i].event_type, true);
         r->dead++;
         r->results[i].outcome = PB_OUT_PUBLISHED; /* done with: the stream may move past it */
     }
@@ -291,6 +294,7 @@ static pb_status_t publish_batch(cdc_relay_t *r, pb_error_t *err)
                 }
                 log_warn(FAC, "publish of event %s (%s, attempt %d) failed: %s",
                          r->events[i].event_id, r->events[i].event_type, r->attempts[i], res->error);
+                pb_metrics_publish_failed(r->snk->ops->name, r->events[i].event_type, false);
                 res->outcome = PB_OUT_UNTRIED;
                 r->retried++;
                 failed++;
@@ -356,9 +360,11 @@ static void measure_lag(cdc_relay_t *r)
                                  "SELECT pg_current_wal_lsn() - confirmed_flush_lsn "
                                  "FROM pg_replication_slots WHERE slot_name = $1",
                                  1, NULL, params, NULL, NULL, 0);
-    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
         log_info(FAC, "slot \"%s\" lag: %s bytes behind the current WAL position",
                  r->cfg->cdc_slot, PQgetvalue(res, 0, 0));
+        pb_metrics_set_slot_lag(r->cfg->cdc_slot, strtoll(PQgetvalue(res, 0, 0), NULL, 10));
+    }
     PQclear(res);
 }
 
@@ -397,10 +403,14 @@ static pb_status_t step(cdc_relay_t *r, bool *idle, pb_error_t *err)
     uint64_t confirmable = r->last_commit_end;
     if ((st = publish_batch(r, err)) != PB_OK || (st = mark_published(r, err)) != PB_OK)
         return st;
-    for (size_t i = 0; i < r->n; i++)
+    int64_t now_us = pb_wall_us();
+    pb_metrics_batch(r->n);
+    for (size_t i = 0; i < r->n; i++) {
+        double delay_ms = (double)(now_us - r->events[i].created_at_us) / 1000.0;
+        pb_metrics_published(r->snk->ops->name, r->events[i].event_type, delay_ms / 1000.0);
         log_debug(FAC, "published event %s (%s) %.1f ms after its commit", r->events[i].event_id,
-                  r->events[i].event_type,
-                  (double)(pb_wall_us() - r->events[i].created_at_us) / 1000.0);
+                  r->events[i].event_type, delay_ms);
+    }
     clear_batch(r);
     return pb_cdc_stream_confirm(&r->stream, confirmable, err);
 }
@@ -427,8 +437,14 @@ pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts
     pb_status_t st = pb_sink_new(cfg, &r.snk, err);
     if (st != PB_OK)
         return st;
+    pb_ops_t *ops; /* /metrics, /healthz, /readyz; backlog sampling and retention purge */
+    if ((st = pb_ops_start(cfg, "relay", &ops, err)) != PB_OK) {
+        pb_sink_free(r.snk);
+        return st;
+    }
     r.stats_at = pb_monotonic_ms();
     while (!*stop) {
+        pb_metrics_set_state(r.conn != NULL, r.sink_up, r.streaming);
         if (!r.conn && (st = connect_conn(&r, err)) != PB_OK) {
             if (st == PB_FATAL)
                 break;
@@ -474,6 +490,7 @@ pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts
     drop_conn(&r);
     pb_pgo_decoder_free(&r.dec);
     pb_sink_free(r.snk);
+    pb_ops_stop(ops);
     free(r.batch);
     free(r.events);
     free(r.results);

@@ -40,7 +40,11 @@ pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err)
     }
     PQconninfoFree(opts);
 
-    PGconn *conn = PQconnectdb(dsn);
+    /* fallback_application_name: `postbox status` and pg_stat_activity show who we are,
+     * unless the DSN names the application itself */
+    const char *keys[] = {"dbname", "fallback_application_name", NULL};
+    const char *vals[] = {dsn, "postbox", NULL};
+    PGconn *conn = PQconnectdbParams(keys, vals, 1);
     if (!conn)
         return pb_fail(err, PB_TRANSIENT, "cannot allocate a postgresql connection");
     if (PQstatus(conn) != CONNECTION_OK) {
