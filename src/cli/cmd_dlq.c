@@ -6,10 +6,11 @@
  *   replay  outbox: moves them back into postbox.outbox with attempts reset (new ids, so they
  *           are published after what is pending now; the event_id, the message id, stays), in
  *           one transaction; the relay is woken by the outbox's NOTIFY trigger.
- *           inbox: deletes the dead letter, the message's blocking inbox row and its failure
- *           record in one transaction, so that the next delivery of the message is handled. It
- *           does not republish the message: redeliver it from its producer (for postbox
- *           producers, `postbox dlq replay` there, or the broker's own tooling).
+ *           inbox: publishes each message again, as it was received (message id, type,
+ *           headers, body), to amqp.exchange with its original routing key, after releasing its
+ *           inbox row and failure record, so that the consumer handles the redelivery; a dead
+ *           letter is deleted only once the broker confirmed its message (a crash in between
+ *           publishes it twice at worst, and the inbox absorbs the second).
  *   drop    deletes them, in one transaction
  * Filters (ANDed): --id N, --event-type T (inbox: the message type), --aggregate TYPE[:ID]
  * (inbox: the aggregate_type/aggregate_id headers), --consumer C (inbox), --since/--until
@@ -24,6 +25,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "common/str.h"
+#include "sink/sink.h"
 #include "store/pg.h"
 
 #define MAX_PARAMS 10
@@ -89,6 +91,116 @@ static PGresult *run(PGconn *conn, const char *sql, const filter_t *f, ExecStatu
         return NULL;
     }
     return res;
+}
+
+/* The aggregate headers the sink writes from the event: taken from the stored headers. */
+static const char *header_text(json_t *headers, const char *key)
+{
+    json_t *v = json_object_get(headers, key);
+    return json_is_string(v) ? json_string_value(v) : "";
+}
+
+/* dlq --inbox replay: see the comment at the top. */
+static int replay_inbox(pb_cli_t *cli, PGconn *conn, const filter_t *f)
+{
+    pb_buf_t sql = {0};
+    pb_buf_printf(&sql,
+                  "SELECT id::text, message_id, coalesce(message_type, ''), routing_key, "
+                  "       headers::text, body FROM postbox.inbox_dead "
+                  "WHERE message_id IS NOT NULL AND %s ORDER BY id",
+                  f->where.data);
+    /* binary results: the body comes back byte for byte; the text columns as their bytes */
+    PGresult *rows = PQexecParams(conn, sql.data, f->n, NULL, f->params, NULL, NULL, 1);
+    pb_buf_free(&sql);
+    pb_error_t err;
+    if (pb_pg_check(conn, rows, PGRES_TUPLES_OK, "read inbox dead letters", &err) != PB_OK) {
+        fprintf(stderr, "postbox dlq: %s\n", err.msg);
+        return PB_EXIT_FAILURE;
+    }
+    size_t n = (size_t)PQntuples(rows);
+    if (n == 0) {
+        printf("replayed 0 dead letter(s) of postbox.inbox_dead\n");
+        PQclear(rows);
+        return PB_EXIT_OK;
+    }
+    /* release the inbox rows first: a redelivery must not be taken for a duplicate */
+    pb_buf_t rel = {0};
+    pb_buf_printf(&rel,
+                  "WITH d AS (SELECT consumer, message_id FROM postbox.inbox_dead "
+                  "           WHERE message_id IS NOT NULL AND %s), "
+                  "f AS (DELETE FROM postbox.inbox_failures x USING d "
+                  "      WHERE x.consumer = d.consumer AND x.message_id = d.message_id) "
+                  "DELETE FROM postbox.inbox i USING d "
+                  "WHERE i.consumer = d.consumer AND i.message_id = d.message_id "
+                  "  AND i.processed_at IS NULL",
+                  f->where.data);
+    PGresult *res = PQexecParams(conn, rel.data, f->n, NULL, f->params, NULL, NULL, 0);
+    pb_buf_free(&rel);
+    if (pb_pg_check(conn, res, PGRES_COMMAND_OK, "release inbox rows", &err) != PB_OK) {
+        fprintf(stderr, "postbox dlq: %s\n", err.msg);
+        PQclear(rows);
+        return PB_EXIT_FAILURE;
+    }
+    PQclear(res);
+
+    pb_event_t *events = pb_malloc(n * sizeof *events);
+    pb_result_t *results = pb_malloc(n * sizeof *results);
+    json_t **headers = pb_malloc(n * sizeof *headers);
+    for (size_t i = 0; i < n; i++) {
+        int r = (int)i;
+        headers[i] = json_loads(PQgetvalue(rows, r, 4), 0, NULL);
+        events[i] = (pb_event_t){
+            .event_id = PQgetvalue(rows, r, 1),
+            .event_type = PQgetvalue(rows, r, 2),
+            .destination = PQgetvalue(rows, r, 3),
+            .headers = PQgetvalue(rows, r, 4),
+            .payload = PQgetvalue(rows, r, 5),
+            .payload_len = (size_t)PQgetlength(rows, r, 5),
+            .aggregate_type = header_text(headers[i], "aggregate_type"),
+            .aggregate_id = header_text(headers[i], "aggregate_id"),
+        };
+        results[i].outcome = PB_OUT_UNTRIED;
+        results[i].error[0] = '\0';
+    }
+    int rc = PB_EXIT_FAILURE;
+    pb_sink_t *snk = NULL;
+    if (pb_sink_amqp_new(&cli->cfg, &snk, &err) != PB_OK || snk->ops->connect(snk, &err) != PB_OK) {
+        fprintf(stderr, "postbox dlq: %s\n", err.msg);
+        goto done;
+    }
+    (void)snk->ops->publish(snk, events, n, results, &err);
+    pb_buf_t ids = {0};
+    pb_buf_putc(&ids, '{');
+    size_t ok = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (results[i].outcome == PB_OUT_PUBLISHED)
+            pb_buf_printf(&ids, "%s%s", ok++ ? "," : "", PQgetvalue(rows, (int)i, 0));
+        else
+            fprintf(stderr, "postbox dlq: message %s not republished: %s\n", events[i].event_id,
+                    results[i].error);
+    }
+    pb_buf_putc(&ids, '}');
+    const char *p[1] = {ids.data};
+    res = PQexecParams(conn, "DELETE FROM postbox.inbox_dead WHERE id = ANY($1::bigint[])", 1, NULL,
+                       p, NULL, NULL, 0);
+    if (pb_pg_check(conn, res, PGRES_COMMAND_OK, "delete replayed dead letters", &err) != PB_OK)
+        fprintf(stderr, "postbox dlq: %s (the messages were republished; the consumer's inbox "
+                        "absorbs a second replay)\n", err.msg);
+    else
+        PQclear(res);
+    pb_buf_free(&ids);
+    printf("replayed %zu of %zu dead letter(s) of postbox.inbox_dead: republished to exchange "
+           "\"%s\" with their routing keys\n", ok, n, cli->cfg.amqp_exchange);
+    rc = ok == n ? PB_EXIT_OK : PB_EXIT_FAILURE;
+done:
+    pb_sink_free(snk);
+    for (size_t i = 0; i < n; i++)
+        json_decref(headers[i]);
+    free(headers);
+    free(events);
+    free(results);
+    PQclear(rows);
+    return rc;
 }
 
 static void print_rows_json(PGresult *res)
@@ -281,18 +393,10 @@ int pb_cmd_dlq(pb_cli_t *cli)
     }
 
     /* replay: one statement, so one transaction */
-    if (inbox)
-        pb_buf_printf(&sql,
-                      "WITH moved AS (DELETE FROM postbox.inbox_dead WHERE %s "
-                      "               RETURNING consumer, message_id), "
-                      "unblocked AS (DELETE FROM postbox.inbox i USING moved m "
-                      "              WHERE i.consumer = m.consumer AND i.message_id = m.message_id "
-                      "                AND i.processed_at IS NULL RETURNING 1), "
-                      "cleared AS (DELETE FROM postbox.inbox_failures x USING moved m "
-                      "            WHERE x.consumer = m.consumer AND x.message_id = m.message_id "
-                      "            RETURNING 1) "
-                      "SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM unblocked)",
-                      f.where.data);
+    if (inbox) {
+        rc = replay_inbox(cli, conn, &f);
+        goto done;
+    }
     else
         pb_buf_printf(&sql,
                       "WITH moved AS (DELETE FROM postbox.dead_letters WHERE %s RETURNING *), "
@@ -305,13 +409,8 @@ int pb_cmd_dlq(pb_cli_t *cli)
                       f.where.data);
     if (!(res = run(conn, sql.data, &f, PGRES_TUPLES_OK, "replay")))
         goto done;
-    if (inbox)
-        printf("replayed %s dead letter(s) of postbox.inbox_dead: %s inbox row(s) released, so "
-               "the next delivery of these messages is handled (they are not republished)\n",
-               PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1));
-    else
-        printf("replayed %s dead letter(s) into postbox.outbox (attempts reset)\n",
-               PQgetvalue(res, 0, 0));
+    printf("replayed %s dead letter(s) into postbox.outbox (attempts reset)\n",
+           PQgetvalue(res, 0, 0));
     rc = PB_EXIT_OK;
 done:
     PQclear(res);

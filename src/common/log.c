@@ -65,6 +65,13 @@ static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fi
 {
     char msg[2048];
     vsnprintf(msg, sizeof msg, fmt, ap);
+    /* one record, one line: libpq and broker messages carry newlines of their own */
+    size_t len = strlen(msg);
+    while (len && (msg[len - 1] == '\n' || msg[len - 1] == ' '))
+        msg[--len] = '\0';
+    for (char *p = msg; *p; p++)
+        if (*p == '\n' || *p == '\r' || *p == '\t')
+            *p = ' ';
 
     struct timeval tv;
     gettimeofday(&tv, NULL);

@@ -6,10 +6,10 @@
 # (amounts of 1,000,000, which must never take effect) in between. Meanwhile the relay is killed
 # with SIGKILL 7 times, the consumer 8 times (restarted at once), and RabbitMQ is stopped and
 # started once while the queue holds messages (durable queue, persistent messages). At the end:
-# nothing pending, queue empty, every balance equals the sum of its account's committed events (from postbox.outbox), the inbox
-# holds each committed event exactly once, and the consumers' logs show the duplicates the inbox
-# absorbed (relay republishes and redeliveries); at least one is required (forced by hand when
-# the run produced none).
+# nothing pending, queue empty, every balance equals the sum of its account's committed events
+# (from postbox.outbox), the inbox holds each committed event exactly once, and the consumers'
+# logs show the duplicates the inbox absorbed (relay republishes and redeliveries); at least one
+# is required (forced by hand when the run produced none).
 source "$(dirname "$0")/lib.sh"
 
 for _v in $(compgen -v POSTBOX_CONSUME_ || true); do unset "$_v"; done
