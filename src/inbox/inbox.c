@@ -15,6 +15,9 @@
  * sending (we read results only after the sync). */
 #define PIPELINE_CHUNK 256
 
+/* Batches run with savepoints after a handler failed in one without them. */
+#define CAREFUL_BATCHES 20
+
 enum msg_state {
     ST_NEW = 0, /* to be handled */
     ST_NO_ID,   /* no message id: dead letter */
@@ -243,23 +246,29 @@ static bool send_simple(PGconn *conn, const char *sql)
     return PQsendQueryParams(conn, sql, 0, NULL, NULL, NULL, NULL, 0) == 1;
 }
 
-/* Sends savepoint, handler and release for message i (its inbox row is in already). */
-static bool send_message(pb_inbox_t *ib, const pb_message_t *m, int handler)
+/* Sends the handler of message i (its inbox row is in already), between a savepoint and its
+ * release when asked to. */
+static bool send_message(pb_inbox_t *ib, const pb_message_t *m, int handler, bool savepoints)
 {
     char name[32];
     snprintf(name, sizeof name, "pb_handler_%d", handler);
     build_metadata(ib, m);
     const char *hp[3] = {m->body, m->headers ? m->headers : "{}", ib->scratch.data};
+    if (!savepoints)
+        return PQsendQueryPrepared(ib->conn, name, 3, hp, NULL, NULL, 0) == 1;
     return send_simple(ib->conn, "SAVEPOINT " SAVEPOINT) &&
            PQsendQueryPrepared(ib->conn, name, 3, hp, NULL, NULL, 0) == 1 &&
            send_simple(ib->conn, "RELEASE SAVEPOINT " SAVEPOINT);
 }
 
-/* Runs the handlers of messages from *next on in pipelines. Returns at the first failure with
- * *next just after the failed message (its savepoint rolled back), or with *next = n. */
+/* Runs the handlers of messages from *next on in pipelines. With savepoints: returns at the
+ * first failure with *next just after the failed message (its savepoint rolled back), or with
+ * *next = n. Without: a failure sets *aborted, and the whole transaction is lost. */
 static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t n, size_t *next,
-                                pb_error_t *err)
+                                bool savepoints, bool *aborted, pb_error_t *err)
 {
+    const int per_message = savepoints ? 3 : 1;
+    const int handler_q = savepoints ? 1 : 0;
     PGconn *conn = ib->conn;
     size_t sent_idx[PIPELINE_CHUNK];
     size_t n_sent = 0;
@@ -269,7 +278,7 @@ static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t
     for (; i < n && n_sent < PIPELINE_CHUNK; i++) {
         if (ib->state[i] != ST_NEW)
             continue;
-        if (!send_message(ib, &msgs[i], ib->handler_of[i])) {
+        if (!send_message(ib, &msgs[i], ib->handler_of[i], savepoints)) {
             PQexitPipelineMode(conn);
             return pb_fail(err, PB_TRANSIENT, "send to postgresql: %s", PQerrorMessage(conn));
         }
@@ -279,11 +288,11 @@ static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t
     if (PQpipelineSync(conn) != 1)
         return pb_fail(err, PB_TRANSIENT, "send to postgresql: %s", PQerrorMessage(conn));
 
-    /* 3 results per message, then the sync */
+    /* per_message results per message, then the sync */
     ssize_t failed_at = -1;
     for (size_t s = 0; s < n_sent; s++) {
         size_t m = sent_idx[s];
-        for (int q = 0; q < 3; q++) {
+        for (int q = 0; q < per_message; q++) {
             PGresult *res = PQgetResult(conn);
             if (!res)
                 return pb_fail(err, PB_TRANSIENT, "postgresql connection lost: %s",
@@ -292,7 +301,7 @@ static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t
             if (rs == PGRES_FATAL_ERROR && failed_at < 0) {
                 ib->state[m] = ST_FAILED;
                 clean_error(ib->errors[m], sizeof ib->errors[m],
-                            q == 1 ? "handler failed: " : "savepoint failed: ",
+                            q == handler_q ? "handler failed: " : "savepoint failed: ",
                             PQresultErrorMessage(res));
                 failed_at = (ssize_t)s;
             } else if (rs != PGRES_COMMAND_OK && rs != PGRES_TUPLES_OK &&
@@ -314,6 +323,10 @@ static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t
     if (!synced || PQexitPipelineMode(conn) != 1)
         return pb_fail(err, PB_TRANSIENT, "pipeline did not end cleanly: %s", PQerrorMessage(conn));
 
+    if (failed_at >= 0 && !savepoints) {
+        *aborted = true; /* the caller rolls back and does the batch again, carefully */
+        return PB_OK;
+    }
     if (failed_at >= 0) {
         /* the failed message's savepoint is still open: undo its work, keep the batch's */
         pb_status_t st = pb_pg_exec(conn, "ROLLBACK TO SAVEPOINT " SAVEPOINT "; RELEASE SAVEPOINT " SAVEPOINT, err);
@@ -407,7 +420,7 @@ static pb_status_t clear_failures(pb_inbox_t *ib, const pb_message_t *msgs, size
 
 static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
                                 pb_inbox_verdict_t *verdicts, pb_inbox_counts_t *counts,
-                                pb_error_t *err)
+                                bool savepoints, bool *aborted, pb_error_t *err)
 {
     pb_status_t st;
     for (size_t i = 0; i < n; i++) {
@@ -426,9 +439,11 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t
                      msgs[i].type ? msgs[i].type : "");
         }
     }
-    for (size_t next = 0; next < n;)
-        if ((st = run_pipeline(ib, msgs, n, &next, err)) != PB_OK)
+    for (size_t next = 0; next < n && !*aborted;)
+        if ((st = run_pipeline(ib, msgs, n, &next, savepoints, aborted, err)) != PB_OK)
             return st;
+    if (*aborted)
+        return PB_OK;
     for (size_t i = 0; i < n; i++) {
         switch (ib->state[i]) {
         case ST_DONE:
@@ -568,11 +583,27 @@ pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
     reserve(ib, n);
     if (ib->cfg->consume_commit_inbox_first)
         return handle_commit_first(ib, msgs, n, verdicts, counts, err);
+    /* Optimistic first: no savepoints (each costs a subtransaction per message). A failing
+     * handler then aborts the whole transaction, which is done again with savepoints, and the
+     * next batches keep them for a while, since failures tend to come in runs. */
     pb_inbox_counts_t local = {0};
+    bool savepoints = ib->careful_batches > 0;
+    if (savepoints)
+        ib->careful_batches--;
     pb_status_t st = pb_pg_exec(ib->conn, "BEGIN", err);
     if (st != PB_OK)
         return st;
-    st = handle_in_tx(ib, msgs, n, verdicts, &local, err);
+    bool aborted = false;
+    st = handle_in_tx(ib, msgs, n, verdicts, &local, savepoints, &aborted, err);
+    if (st == PB_OK && aborted) {
+        log_debug(FAC, "a handler failed in a batch without savepoints: doing it again with them");
+        ib->careful_batches = CAREFUL_BATCHES;
+        local = (pb_inbox_counts_t){0};
+        aborted = false;
+        if ((st = pb_pg_exec(ib->conn, "ROLLBACK", err)) == PB_OK &&
+            (st = pb_pg_exec(ib->conn, "BEGIN", err)) == PB_OK)
+            st = handle_in_tx(ib, msgs, n, verdicts, &local, true, &aborted, err);
+    }
     if (st == PB_OK)
         st = pb_pg_exec(ib->conn, "COMMIT", err);
     if (st != PB_OK) {

@@ -1,8 +1,9 @@
 /* The inbox writer of `postbox consume`: handles a batch of messages in one transaction.
  *
  * The inbox rows of the whole batch go in with one INSERT ... ON CONFLICT DO NOTHING; for every
- * message whose row is new, a savepoint and the SQL handler for its type follow, pipelined (one
- * round trip for the whole batch while nothing fails). A failing handler is rolled back to its savepoint and recorded in inbox_failures; after
+ * message whose row is new the SQL handler for its type follows, pipelined (one round trip for
+ * the whole batch). Handlers run without savepoints while nothing fails; a failure makes the
+ * batch run again with a savepoint around each handler, so that only the failing one is undone. A failing handler is rolled back to its savepoint and recorded in inbox_failures; after
  * max_attempts the message moves to inbox_dead. The caller commits nothing: pb_inbox_handle
  * commits, and only then may the caller acknowledge to the broker. */
 #ifndef PB_INBOX_INBOX_H
@@ -45,6 +46,7 @@ typedef struct pb_inbox {
     int *state;           /* per message: internal progress */
     char (*errors)[256];  /* per message: failure text */
     size_t cap;
+    int careful_batches; /* how many more batches run with a savepoint per message */
 } pb_inbox_t;
 
 /* Prepares statements on conn (call after every reconnect). Fails when a handler's SQL does not
