@@ -26,7 +26,6 @@
 
 #define FAC "relay.cdc"
 #define IDLE_TICK_MS 1000
-#define STATS_INTERVAL_MS 10000
 #define DRAIN_PREFIX "postbox-drain"
 
 typedef struct cdc_relay {
@@ -53,8 +52,8 @@ typedef struct cdc_relay {
     uint64_t last_commit_end; /* end LSN of the last Commit read */
     bool drain_marker_sent, drain_marker_seen;
     pb_buf_t ids;
-    uint64_t published, retried, dead, stats_published;
-    int64_t stats_at, lag_at;
+    pb_relay_totals_t totals;
+    int64_t lag_at;
 } cdc_relay_t;
 
 static void clear_batch(cdc_relay_t *r)
@@ -237,7 +236,7 @@ static pb_status_t dead_letter(cdc_relay_t *r, size_t i, const char *reason, pb_
     pb_status_t st = pb_dead_letter_event(r->conn, &r->events[i], r->attempts[i], reason, err);
     if (st == PB_OK) {
         pb_metrics_publish_failed(r->snk->ops->name, r->events[i].event_type, true);
-        r->dead++;
+        r->totals.dead++;
         r->results[i].outcome = PB_OUT_PUBLISHED; /* done with: the stream may move past it */
     }
     return st;
@@ -296,7 +295,7 @@ static pb_status_t publish_batch(cdc_relay_t *r, pb_error_t *err)
                          r->events[i].event_id, r->events[i].event_type, r->attempts[i], res->error);
                 pb_metrics_publish_failed(r->snk->ops->name, r->events[i].event_type, false);
                 res->outcome = PB_OUT_UNTRIED;
-                r->retried++;
+                r->totals.retried++;
                 failed++;
                 if (r->attempts[i] > worst)
                     worst = r->attempts[i];
@@ -307,7 +306,7 @@ static pb_status_t publish_batch(cdc_relay_t *r, pb_error_t *err)
                 published++;
             }
         }
-        r->published += published;
+        r->totals.published += published;
         if (failed == 0)
             return PB_OK;
         /* wait, keeping the replication connection alive with status updates */
@@ -368,22 +367,6 @@ static void measure_lag(cdc_relay_t *r)
     PQclear(res);
 }
 
-static void log_stats(cdc_relay_t *r, bool force)
-{
-    int64_t now = pb_monotonic_ms();
-    if (!force && now - r->stats_at < STATS_INTERVAL_MS)
-        return;
-    uint64_t delta = r->published - r->stats_published;
-    if (delta || force)
-        log_info(FAC, "published %llu events in %.1f s (%.0f/s); totals: published %llu, retried %llu, dead-lettered %llu",
-                 (unsigned long long)delta, (double)(now - r->stats_at) / 1000.0,
-                 now > r->stats_at ? (double)delta * 1000.0 / (double)(now - r->stats_at) : 0.0,
-                 (unsigned long long)r->published, (unsigned long long)r->retried,
-                 (unsigned long long)r->dead);
-    r->stats_published = r->published;
-    r->stats_at = now;
-}
-
 /* One round: cut a batch from the stream, publish it, confirm. *idle when nothing came. */
 static pb_status_t step(cdc_relay_t *r, bool *idle, pb_error_t *err)
 {
@@ -442,7 +425,7 @@ pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts
         pb_sink_free(r.snk);
         return st;
     }
-    r.stats_at = pb_monotonic_ms();
+    r.totals.logged_at = pb_monotonic_ms();
     while (!*stop) {
         pb_metrics_set_state(r.conn != NULL, r.sink_up, r.streaming);
         if (!r.conn && (st = connect_conn(&r, err)) != PB_OK) {
@@ -477,7 +460,7 @@ pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts
             continue;
         }
         measure_lag(&r);
-        log_stats(&r, false);
+        pb_relay_totals_log(&r.totals, FAC, false);
         if (idle && opts->drain && drained(&r)) {
             log_info(FAC, "stream drained");
             break;
@@ -485,7 +468,7 @@ pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts
     }
     if (st != PB_FATAL)
         st = PB_OK;
-    log_stats(&r, true);
+    pb_relay_totals_log(&r.totals, FAC, true);
     close_stream(&r);
     drop_conn(&r);
     pb_pgo_decoder_free(&r.dec);

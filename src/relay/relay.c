@@ -31,7 +31,6 @@
 /* Only one relay publishes at a time (until sharding arrives): the others stand by on this
  * session advisory lock and take over when its holder's session ends. */
 #define RELAY_LOCK_SQL "SELECT pg_try_advisory_lock(hashtext('postbox.relay'))"
-#define STATS_INTERVAL_MS 10000
 #define IDLE_TICK_MS 1000
 
 /* One PostgreSQL connection and the batch it holds. */
@@ -58,9 +57,7 @@ typedef struct relay {
     pb_buf_t carry;   /* "type\0id\0" of aggregates that did not publish cleanly last batch */
     size_t n_carry;
     /* totals for the periodic log line */
-    uint64_t published, retried, dead;
-    uint64_t stats_published;
-    int64_t stats_at;
+    pb_relay_totals_t totals;
 } relay_t;
 
 /* The worker's job: settle the other slot's published batch, then claim the next batch on it. */
@@ -297,22 +294,6 @@ static void plan(relay_t *rel, slot_t *s)
     }
 }
 
-static void log_stats(relay_t *rel, bool force)
-{
-    int64_t now = pb_monotonic_ms();
-    if (!force && now - rel->stats_at < STATS_INTERVAL_MS)
-        return;
-    uint64_t delta = rel->published - rel->stats_published;
-    if (delta || force)
-        log_info(FAC, "published %llu events in %.1f s (%.0f/s); totals: published %llu, retried %llu, dead-lettered %llu",
-                 (unsigned long long)delta, (double)(now - rel->stats_at) / 1000.0,
-                 now > rel->stats_at ? (double)delta * 1000.0 / (double)(now - rel->stats_at) : 0.0,
-                 (unsigned long long)rel->published, (unsigned long long)rel->retried,
-                 (unsigned long long)rel->dead);
-    rel->stats_published = rel->published;
-    rel->stats_at = now;
-}
-
 static pb_status_t settle(relay_t *rel, slot_t *s, pb_settle_counts_t *counts, pb_error_t *err)
 {
     memset(counts, 0, sizeof *counts);
@@ -325,9 +306,9 @@ static pb_status_t settle(relay_t *rel, slot_t *s, pb_settle_counts_t *counts, p
 
 static void add_counts(relay_t *rel, const pb_settle_counts_t *c)
 {
-    rel->published += c->published;
-    rel->retried += c->retried;
-    rel->dead += c->dead;
+    rel->totals.published += c->published;
+    rel->totals.retried += c->retried;
+    rel->totals.dead += c->dead;
 }
 
 static pb_status_t claim(relay_t *rel, slot_t *s, pb_error_t *err)
@@ -449,7 +430,7 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
         rel.slots[i].reasons = pb_malloc(cap * sizeof *rel.slots[i].reasons);
     }
     rel.rejected = pb_malloc(cap * sizeof *rel.rejected);
-    rel.stats_at = pb_monotonic_ms();
+    rel.totals.logged_at = pb_monotonic_ms();
     pb_ops_t *ops; /* /metrics, /healthz, /readyz; backlog sampling and retention purge */
     if ((st = pb_ops_start(cfg, "relay", &ops, err)) != PB_OK) {
         relay_free(&rel);
@@ -488,7 +469,7 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
         }
         if (st == PB_FATAL)
             break;
-        log_stats(&rel, false);
+        pb_relay_totals_log(&rel.totals, FAC, false);
         if (!idle)
             continue;
         if (opts->drain) {
@@ -509,7 +490,7 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
         log_warn(FAC, "could not record the last batch (it will be published again): %s", err->msg);
     if (st != PB_FATAL)
         st = PB_OK;
-    log_stats(&rel, true);
+    pb_relay_totals_log(&rel.totals, FAC, true);
     pb_ops_stop(ops);
     relay_free(&rel);
     return st;

@@ -36,3 +36,22 @@ pb_status_t pb_connect_sink(pb_sink_t *snk, int *attempt, int64_t cap_ms,
     }
     return pb_fail(err, PB_TRANSIENT, "interrupted while waiting for the broker");
 }
+
+#define TOTALS_LOG_INTERVAL_MS 10000
+
+void pb_relay_totals_log(pb_relay_totals_t *t, const char *fac, bool force)
+{
+    int64_t now = pb_monotonic_ms();
+    if (!force && now - t->logged_at < TOTALS_LOG_INTERVAL_MS)
+        return;
+    uint64_t delta = t->published - t->logged_published;
+    double secs = (double)(now - t->logged_at) / 1000.0;
+    if (delta || force)
+        log_info(fac, "published %llu events in %.1f s (%.0f/s); totals: published %llu, "
+                      "retried %llu, dead-lettered %llu",
+                 (unsigned long long)delta, secs, secs > 0 ? (double)delta / secs : 0.0,
+                 (unsigned long long)t->published, (unsigned long long)t->retried,
+                 (unsigned long long)t->dead);
+    t->logged_published = t->published;
+    t->logged_at = now;
+}
