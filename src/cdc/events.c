@@ -89,6 +89,25 @@ static char *pack(size_t n, const char *const *src, const size_t *lens, const ch
     return block;
 }
 
+/* Fills out (zeroed first) from n >= 7 strings: event_id, aggregate_type, aggregate_id, event_type,
+ * payload, headers, destination, then any extra ones. They are copied into out->block; dst[i]
+ * receives the copy of src[i] (NULL for a NULL one). */
+static void pack_event(pb_cdc_event_t *out, size_t n, const char *const *src, const size_t *lens,
+                       const char **dst)
+{
+    memset(out, 0, sizeof *out);
+    out->block = pack(n, src, lens, dst);
+    pb_event_t *ev = &out->ev;
+    ev->event_id = dst[0];
+    ev->aggregate_type = dst[1];
+    ev->aggregate_id = dst[2];
+    ev->event_type = dst[3];
+    ev->payload = dst[4];
+    ev->payload_len = lens[4];
+    ev->headers = dst[5];
+    ev->destination = dst[6];
+}
+
 pb_status_t pb_cdc_event_from_insert(const pb_cdc_outbox_map_t *map, const pb_pgo_msg_t *ins,
                                      pb_cdc_event_t *out, pb_error_t *err)
 {
@@ -105,18 +124,9 @@ pb_status_t pb_cdc_event_from_insert(const pb_cdc_outbox_map_t *map, const pb_pg
         if (i < 5 && !present)
             return pb_fail(err, PB_FATAL, "outbox row without a value in a required column");
     }
-    memset(out, 0, sizeof *out);
     const char *dst[8];
-    out->block = pack(8, src, lens, dst);
+    pack_event(out, 8, src, lens, dst);
     pb_event_t *ev = &out->ev;
-    ev->event_id = dst[0];
-    ev->aggregate_type = dst[1];
-    ev->aggregate_id = dst[2];
-    ev->event_type = dst[3];
-    ev->payload = dst[4];
-    ev->payload_len = lens[4];
-    ev->headers = dst[5];
-    ev->destination = dst[6];
     ev->id = strtoll(dst[7] ? dst[7] : "0", NULL, 10);
     if (map->created_at >= 0 && map->created_at < ncols && c[map->created_at].data) {
         int64_t us;
@@ -160,18 +170,9 @@ pb_status_t pb_cdc_event_from_message(const char *content, size_t len, pb_cdc_ev
     size_t lens[7];
     for (int i = 0; i < 7; i++)
         lens[i] = src[i] ? strlen(src[i]) : 0;
-    memset(out, 0, sizeof *out);
     const char *dst[7];
-    out->block = pack(7, src, lens, dst);
+    pack_event(out, 7, src, lens, dst);
     pb_event_t *ev = &out->ev;
-    ev->event_id = dst[0];
-    ev->aggregate_type = dst[1];
-    ev->aggregate_id = dst[2];
-    ev->event_type = dst[3];
-    ev->payload = dst[4];
-    ev->payload_len = lens[4];
-    ev->headers = dst[5];
-    ev->destination = dst[6];
     json_t *created = json_object_get(obj, "created_at_us");
     ev->created_at_us = json_is_integer(created) ? (int64_t)json_integer_value(created) : 0;
     free(payload_text);

@@ -25,3 +25,11 @@ void pb_sleep_ms(int64_t ms)
     /* an interrupting signal ends the sleep: the caller re-checks its stop flag */
     nanosleep(&ts, NULL);
 }
+
+struct timeval pb_ms_timeval(int64_t ms)
+{
+    if (ms < 0)
+        ms = 0;
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    return tv;
+}

@@ -8,6 +8,7 @@
 #define PB_COMMON_ERR_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 typedef enum pb_status {
     PB_OK = 0,
@@ -24,5 +25,10 @@ typedef struct pb_error {
 
 /* Fills err (may be NULL) and returns status, so callers can `return pb_fail(err, ...)`. */
 pb_status_t pb_fail(pb_error_t *err, pb_status_t status, const char *fmt, ...) PB_PRINTF(3, 4);
+
+/* Formats into a caller's buffer of the libpostbox API (char *errbuf, size_t errlen), truncating
+ * to errlen - 1 bytes; newlines become spaces so the text stays one log line. Does nothing when
+ * errbuf is NULL or errlen is 0. */
+void pb_errbuf_set(char *errbuf, size_t errlen, const char *fmt, ...) PB_PRINTF(3, 4);
 
 #endif

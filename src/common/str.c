@@ -1,5 +1,6 @@
 #include "common/str.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,45 @@ pb_status_t pb_fail(pb_error_t *err, pb_status_t status, const char *fmt, ...)
         va_end(ap);
     }
     return status;
+}
+
+void pb_errbuf_set(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    if (!errbuf || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errbuf, errlen, fmt, ap);
+    va_end(ap);
+    for (char *p = errbuf; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+}
+
+bool pb_parse_duration_ms(const char *s, double bare_unit_ms, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0)
+        return false;
+    double mult;
+    if (*end == '\0')
+        mult = bare_unit_ms;
+    else if (strcmp(end, "ms") == 0)
+        mult = 1;
+    else if (strcmp(end, "s") == 0)
+        mult = 1000;
+    else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+        mult = 60000;
+    else if (strcmp(end, "h") == 0)
+        mult = 3600000;
+    else if (strcmp(end, "d") == 0)
+        mult = 86400000;
+    else
+        return false;
+    *out = (int64_t)(v * mult + 0.5);
+    return true;
 }
 
 void *pb_malloc(size_t n)

@@ -2,6 +2,7 @@
 #ifndef PB_COMMON_STR_H
 #define PB_COMMON_STR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,11 @@ void pb_buf_append_array_text(pb_buf_t *b, const char *s);
 
 /* Appends s as a JSON string literal (quotes, escapes, control characters as \u00XX). */
 void pb_buf_append_json_string(pb_buf_t *b, const char *s);
+
+/* Parses a duration: "250ms", "5s", "2m" or "2min", "1h", "1d", or a bare number worth
+ * bare_unit_ms milliseconds each. Fractions are allowed ("1.5s"), rounded to whole milliseconds.
+ * Returns false (*out untouched) for a negative number, an unknown unit or trailing text. */
+bool pb_parse_duration_ms(const char *s, double bare_unit_ms, int64_t *out);
 
 /* Allocation that aborts on failure: running out of memory is not recoverable in the relay. */
 void *pb_malloc(size_t n);

@@ -97,26 +97,7 @@ static bool parse_int(const char *s, int64_t *out)
 /* "250ms", "5s", "2m", "1h", "1d"; a bare number is milliseconds. */
 static bool parse_duration_ms(const char *s, int64_t *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
-        return false;
-    double mult;
-    if (*end == '\0' || strcmp(end, "ms") == 0)
-        mult = 1;
-    else if (strcmp(end, "s") == 0)
-        mult = 1000;
-    else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
-        mult = 60000;
-    else if (strcmp(end, "h") == 0)
-        mult = 3600000;
-    else if (strcmp(end, "d") == 0)
-        mult = 86400000;
-    else
-        return false;
-    *out = (int64_t)(v * mult + 0.5);
-    return true;
+    return pb_parse_duration_ms(s, 1, out);
 }
 
 static bool parse_bool(const char *s, bool *out)

@@ -1,33 +1,18 @@
 /* libpostbox inbox API: process one message exactly once on the caller's connection. */
 #include "postbox/postbox.h"
 
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/err.h"
 
-static void set_error(char *errbuf, size_t errlen, const char *fmt, ...) PB_PRINTF(3, 4);
-static void set_error(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    if (!errbuf || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
-    va_end(ap);
-    for (char *p = errbuf; *p; p++)
-        if (*p == '\n')
-            *p = ' ';
-}
-
 static bool run(PGconn *conn, const char *sql, char *errbuf, size_t errlen)
 {
     PGresult *res = PQexec(conn, sql);
     bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
     if (!ok)
-        set_error(errbuf, errlen, "%s: %s", sql, PQresultErrorMessage(res));
+        pb_errbuf_set(errbuf, errlen, "%s: %s", sql, PQresultErrorMessage(res));
     PQclear(res);
     return ok;
 }
@@ -37,13 +22,13 @@ int postbox_inbox_process(PGconn *conn, const char *consumer, const char *messag
                           char *errbuf, size_t errlen)
 {
     if (!conn || PQtransactionStatus(conn) != PQTRANS_INTRANS) {
-        set_error(errbuf, errlen,
-                  "postbox_inbox_process: no usable transaction open on this connection (BEGIN "
-                  "first, so the inbox row commits with the handler's work)");
+        pb_errbuf_set(errbuf, errlen,
+                      "postbox_inbox_process: no usable transaction open on this connection (BEGIN "
+                      "first, so the inbox row commits with the handler's work)");
         return POSTBOX_INBOX_FAILED;
     }
     if (!consumer || !*consumer || !message_id || !*message_id || !handler) {
-        set_error(errbuf, errlen, "postbox_inbox_process: consumer, message_id and handler are required");
+        pb_errbuf_set(errbuf, errlen, "postbox_inbox_process: consumer, message_id and handler are required");
         return POSTBOX_INBOX_FAILED;
     }
     if (!run(conn, "SAVEPOINT postbox_inbox", errbuf, errlen))
@@ -55,8 +40,8 @@ int postbox_inbox_process(PGconn *conn, const char *consumer, const char *messag
                                  "ON CONFLICT DO NOTHING RETURNING 1",
                                  3, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        set_error(errbuf, errlen, "postbox_inbox_process: inbox write: %s",
-                  PQresultErrorMessage(res));
+        pb_errbuf_set(errbuf, errlen, "postbox_inbox_process: inbox write: %s",
+                      PQresultErrorMessage(res));
         PQclear(res);
         run(conn, "ROLLBACK TO SAVEPOINT postbox_inbox", NULL, 0);
         return POSTBOX_INBOX_FAILED;
@@ -69,13 +54,13 @@ int postbox_inbox_process(PGconn *conn, const char *consumer, const char *messag
                    : POSTBOX_INBOX_FAILED;
     char herr[512] = "";
     if (handler(conn, arg, herr, sizeof herr) != 0) {
-        set_error(errbuf, errlen, "handler failed: %s", *herr ? herr : "no reason given");
+        pb_errbuf_set(errbuf, errlen, "handler failed: %s", *herr ? herr : "no reason given");
         /* undo the handler's work and the inbox row; the caller's transaction goes on */
         if (!run(conn, "ROLLBACK TO SAVEPOINT postbox_inbox", NULL, 0) ||
             !run(conn, "RELEASE SAVEPOINT postbox_inbox", NULL, 0))
-            set_error(errbuf, errlen, "handler failed (%s) and the rollback to its savepoint "
-                                      "failed: roll the transaction back",
-                      *herr ? herr : "no reason given");
+            pb_errbuf_set(errbuf, errlen, "handler failed (%s) and the rollback to its savepoint "
+                                          "failed: roll the transaction back",
+                          *herr ? herr : "no reason given");
         return POSTBOX_INBOX_FAILED;
     }
     return run(conn, "RELEASE SAVEPOINT postbox_inbox", errbuf, errlen) ? POSTBOX_INBOX_PROCESSED

@@ -20,6 +20,7 @@
 #include <amqp_framing.h>
 #include <jansson.h>
 
+#include "common/amqp_conn.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/route.h"
@@ -27,7 +28,7 @@
 #include "sink/amqp_url.h"
 
 #define FAC "sink.amqp"
-#define CHANNEL 1
+#define CHANNEL PB_AMQP_LINK_CHANNEL
 #define SHORTSTR_MAX 255
 #define CONTENT_TYPE "application/json"
 #define POOL_PAGE 16384
@@ -38,8 +39,7 @@ typedef struct amqp_sink {
     pb_amqp_url_t url;
     char where[300]; /* host:port for messages; never the password */
     int heartbeat_s;
-    amqp_connection_state_t conn; /* NULL while disconnected */
-    bool channel_open;
+    pb_amqp_link_t link; /* link.conn NULL while disconnected */
     uint64_t last_tag; /* delivery tag of the latest publish on CHANNEL (0 after confirm.select) */
     amqp_pool_t pool;  /* header tables of one batch; recycled (pages kept) after it */
     size_t *slot_event;        /* slot (tag - first tag of the batch) -> index into events */
@@ -59,14 +59,6 @@ typedef struct batch {
 
 static const pb_sink_ops_t amqp_ops;
 
-static struct timeval ms_to_tv(int64_t ms)
-{
-    if (ms < 0)
-        ms = 0;
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-    return tv;
-}
-
 static void set_result(pb_result_t *r, pb_outcome_t outcome, const char *reason)
 {
     r->outcome = outcome;
@@ -83,65 +75,6 @@ static void set_resultf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, .
     va_end(ap);
 }
 
-/* Copies an AMQP short/long string into a C buffer for messages. */
-static const char *bytes_text(amqp_bytes_t b, char *buf, size_t n)
-{
-    size_t len = b.len < n - 1 ? b.len : n - 1;
-    if (len)
-        memcpy(buf, b.bytes, len);
-    buf[len] = '\0';
-    return buf;
-}
-
-/* ---- connection state ----------------------------------------------------------------------- */
-
-static void drop_connection(amqp_sink_t *s)
-{
-    if (s->conn)
-        amqp_destroy_connection(s->conn);
-    s->conn = NULL;
-    s->channel_open = false;
-}
-
-/* channel.close + connection.close, each bounded by the rpc timeout set in pb_amqp_open. */
-static void close_politely(amqp_sink_t *s)
-{
-    if (!s->conn)
-        return;
-    if (s->channel_open)
-        (void)amqp_channel_close(s->conn, CHANNEL, AMQP_REPLY_SUCCESS);
-    (void)amqp_connection_close(s->conn, AMQP_REPLY_SUCCESS);
-    drop_connection(s);
-}
-
-static int send_channel_close_ok(amqp_sink_t *s)
-{
-    amqp_channel_close_ok_t ok = {0};
-    s->channel_open = false;
-    return amqp_send_method(s->conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
-}
-
-/* After a failed RPC on CHANNEL: describes it in buf and answers a close from the broker. Returns
- * the reply code of a channel close (the connection stays usable), else 0 with the connection
- * dropped. */
-static unsigned rpc_failed(amqp_sink_t *s, const char *what, char *buf, size_t n)
-{
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(s->conn);
-    pb_amqp_reply_error(r, what, buf, n);
-    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.decoded) {
-        if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-            unsigned code = ((const amqp_channel_close_t *)r.reply.decoded)->reply_code;
-            if (send_channel_close_ok(s) == AMQP_STATUS_OK)
-                return code;
-        } else if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-            amqp_connection_close_ok_t ok = {0};
-            (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
-        }
-    }
-    drop_connection(s);
-    return 0;
-}
-
 static pb_status_t setup_exchange(amqp_sink_t *s, pb_error_t *err)
 {
     const pb_config_t *cfg = s->base.cfg;
@@ -149,13 +82,14 @@ static pb_status_t setup_exchange(amqp_sink_t *s, pb_error_t *err)
     if (!*ex)
         return PB_OK; /* the default exchange always exists and cannot be declared */
     bool declare = cfg->amqp_declare_exchange;
-    if (amqp_exchange_declare(s->conn, CHANNEL, amqp_cstring_bytes(ex),
+    if (amqp_exchange_declare(s->link.conn, CHANNEL, amqp_cstring_bytes(ex),
                               amqp_cstring_bytes(cfg->amqp_exchange_type), !declare, declare, 0, 0,
                               amqp_empty_table))
         return PB_OK;
 
     char buf[320];
-    unsigned code = rpc_failed(s, declare ? "declare exchange" : "check exchange", buf, sizeof buf);
+    unsigned code = pb_amqp_link_rpc_failed(&s->link, declare ? "declare exchange" : "check exchange",
+                                            buf, sizeof buf);
     if (code == AMQP_NOT_FOUND && !declare)
         return pb_fail(err, PB_FATAL,
                        "exchange \"%s\" does not exist on vhost \"%s\" (create it, or set "
@@ -172,20 +106,17 @@ static pb_status_t setup_exchange(amqp_sink_t *s, pb_error_t *err)
 }
 
 /* Opens CHANNEL, prepares the exchange and turns on publisher confirms. On failure the channel
- * is closed; the connection may be too (s->conn NULL). */
+ * is closed; the connection may be too (s->link.conn NULL). */
 static pb_status_t setup_channel(amqp_sink_t *s, pb_error_t *err)
 {
-    char buf[320];
-    if (!amqp_channel_open(s->conn, CHANNEL)) {
-        rpc_failed(s, "open channel", buf, sizeof buf);
-        return pb_fail(err, PB_TRANSIENT, "%s", buf);
-    }
-    s->channel_open = true;
-    pb_status_t st = setup_exchange(s, err);
+    pb_status_t st = pb_amqp_link_channel_open(&s->link, err);
+    if (st == PB_OK)
+        st = setup_exchange(s, err);
     if (st != PB_OK)
         return st;
-    if (!amqp_confirm_select(s->conn, CHANNEL)) {
-        rpc_failed(s, "enable publisher confirms", buf, sizeof buf);
+    char buf[320];
+    if (!amqp_confirm_select(s->link.conn, CHANNEL)) {
+        pb_amqp_link_rpc_failed(&s->link, "enable publisher confirms", buf, sizeof buf);
         return pb_fail(err, PB_TRANSIENT, "%s", buf);
     }
     s->last_tag = 0; /* confirm.select restarts delivery tags at 1 */
@@ -196,18 +127,19 @@ static pb_status_t sink_connect(pb_sink_t *snk, pb_error_t *err)
 {
     amqp_sink_t *s = (amqp_sink_t *)snk;
     const pb_config_t *cfg = snk->cfg;
-    close_politely(s);
-    pb_status_t st = pb_amqp_open(&s->url, cfg, s->heartbeat_s, &s->conn, err);
+    pb_amqp_link_close(&s->link);
+    pb_status_t st = pb_amqp_open(&s->url, cfg, s->heartbeat_s, &s->link.conn, err);
     if (st != PB_OK)
         return st;
     st = setup_channel(s, err);
     if (st != PB_OK) {
-        close_politely(s);
+        pb_amqp_link_close(&s->link);
         return st;
     }
     log_info(FAC, "connected to rabbitmq at %s vhost=\"%s\" user=\"%s\" exchange=\"%s\" "
                   "heartbeat=%ds frame_max=%d", s->where, s->url.vhost, s->url.user,
-             cfg->amqp_exchange, amqp_get_heartbeat(s->conn), amqp_get_frame_max(s->conn));
+             cfg->amqp_exchange, amqp_get_heartbeat(s->link.conn),
+             amqp_get_frame_max(s->link.conn));
     return PB_OK;
 }
 
@@ -291,16 +223,10 @@ static pb_status_t lost(amqp_sink_t *s, batch_t *b, pb_error_t *err, const char 
     va_end(ap);
     size_t n = b ? b->pending : 0;
     fail_pending(s, b, reason);
-    drop_connection(s);
+    pb_amqp_link_drop(&s->link);
     log_warn(FAC, "rabbitmq at %s: %s (%zu unconfirmed events will be retried)", s->where, reason,
              n);
     return pb_fail(err, PB_TRANSIENT, "rabbitmq at %s: %s", s->where, reason);
-}
-
-static int wait_frame(amqp_sink_t *s, amqp_frame_t *f, int64_t deadline_ms)
-{
-    struct timeval tv = ms_to_tv(deadline_ms - pb_monotonic_ms());
-    return amqp_simple_wait_frame_noblock(s->conn, f, &tv);
 }
 
 /* basic.return: the message's content header and body follow and must be consumed. The event is
@@ -311,12 +237,12 @@ static pb_status_t on_return(amqp_sink_t *s, batch_t *b, const amqp_basic_return
     char text[64], exchange[SHORTSTR_MAX + 1], rkey[SHORTSTR_MAX + 1], reason[240];
     /* precisions keep the whole text within pb_result_t.error */
     snprintf(reason, sizeof reason, "unroutable: %.32s (%u) exchange=%.72s routing_key=%.72s",
-             bytes_text(ret->reply_text, text, sizeof text), (unsigned)ret->reply_code,
-             bytes_text(ret->exchange, exchange, sizeof exchange),
-             bytes_text(ret->routing_key, rkey, sizeof rkey));
+             pb_amqp_bytes_text(ret->reply_text, text, sizeof text), (unsigned)ret->reply_code,
+             pb_amqp_bytes_text(ret->exchange, exchange, sizeof exchange),
+             pb_amqp_bytes_text(ret->routing_key, rkey, sizeof rkey));
 
     amqp_frame_t f;
-    int rc = wait_frame(s, &f, deadline_ms);
+    int rc = pb_amqp_link_wait_frame(&s->link, &f, deadline_ms);
     if (rc != AMQP_STATUS_OK)
         return lost(s, b, err, "reading a returned message: %s", amqp_error_string2(rc));
     if (f.frame_type != AMQP_FRAME_HEADER || f.channel != CHANNEL)
@@ -324,10 +250,10 @@ static pb_status_t on_return(amqp_sink_t *s, batch_t *b, const amqp_basic_return
     const amqp_basic_properties_t *p = f.payload.properties.decoded;
     char msgid[SHORTSTR_MAX + 1] = "";
     if (p && (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG))
-        bytes_text(p->message_id, msgid, sizeof msgid);
+        pb_amqp_bytes_text(p->message_id, msgid, sizeof msgid);
     uint64_t body = f.payload.properties.body_size;
     for (uint64_t got = 0; got < body; got += f.payload.body_fragment.len) {
-        rc = wait_frame(s, &f, deadline_ms);
+        rc = pb_amqp_link_wait_frame(&s->link, &f, deadline_ms);
         if (rc != AMQP_STATUS_OK)
             return lost(s, b, err, "reading a returned message: %s", amqp_error_string2(rc));
         if (f.frame_type != AMQP_FRAME_BODY || f.channel != CHANNEL)
@@ -390,8 +316,8 @@ static pb_status_t on_channel_close(amqp_sink_t *s, batch_t *b, const amqp_chann
 {
     char text[200], reason[240];
     unsigned code = c->reply_code;
-    bytes_text(c->reply_text, text, sizeof text);
-    if (send_channel_close_ok(s) != AMQP_STATUS_OK)
+    pb_amqp_bytes_text(c->reply_text, text, sizeof text);
+    if (pb_amqp_link_channel_close_ok(&s->link) != AMQP_STATUS_OK)
         return lost(s, b, err, "channel closed by rabbitmq (%u %s) and the connection failed",
                     code, text);
 
@@ -414,7 +340,7 @@ static pb_status_t on_channel_close(amqp_sink_t *s, batch_t *b, const amqp_chann
 
     pb_error_t why;
     if (setup_channel(s, &why) != PB_OK) {
-        drop_connection(s);
+        pb_amqp_link_drop(&s->link);
         return pb_fail(err, PB_TRANSIENT, "rabbitmq closed the channel (%u %s) and reopening it "
                                           "failed: %s", code, text, why.msg);
     }
@@ -426,9 +352,8 @@ static pb_status_t on_connection_close(amqp_sink_t *s, batch_t *b,
 {
     char text[200];
     unsigned code = c->reply_code;
-    bytes_text(c->reply_text, text, sizeof text);
-    amqp_connection_close_ok_t ok = {0};
-    (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok); /* courtesy */
+    pb_amqp_bytes_text(c->reply_text, text, sizeof text);
+    pb_amqp_link_connection_close_ok(&s->link); /* courtesy */
     return lost(s, b, err, "connection closed by broker: %u %s", code, text);
 }
 
@@ -480,7 +405,7 @@ static pb_status_t await_confirms(amqp_sink_t *s, batch_t *b, int64_t deadline_m
     const pb_config_t *cfg = s->base.cfg;
     while (b->pending > 0) {
         amqp_frame_t f;
-        int rc = wait_frame(s, &f, deadline_ms);
+        int rc = pb_amqp_link_wait_frame(&s->link, &f, deadline_ms);
         if (rc == AMQP_STATUS_TIMEOUT) {
             if (drain)
                 return PB_OK;
@@ -704,7 +629,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
 {
     amqp_sink_t *s = (amqp_sink_t *)snk;
     const pb_config_t *cfg = snk->cfg;
-    if (!s->conn || !s->channel_open) {
+    if (!s->link.conn || !s->link.channel_open) {
         for (size_t i = 0; i < n; i++) {
             if (results[i].outcome == PB_OUT_UNTRIED)
                 set_result(&results[i], PB_OUT_RETRY, "not connected to rabbitmq");
@@ -715,7 +640,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
 
     batch_t b = {.events = events, .results = results, .first_tag = s->last_tag + 1};
     amqp_bytes_t exchange = amqp_cstring_bytes(cfg->amqp_exchange);
-    size_t frame_max = (size_t)amqp_get_frame_max(s->conn);
+    size_t frame_max = (size_t)amqp_get_frame_max(s->link.conn);
     amqp_boolean_t mandatory = cfg->amqp_mandatory;
     int pub_rc = AMQP_STATUS_OK;
     size_t rejected = 0;
@@ -741,7 +666,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
             rejected += res->outcome == PB_OUT_REJECT;
             continue;
         }
-        int rc = amqp_basic_publish(s->conn, CHANNEL, exchange, amqp_cstring_bytes(rkey),
+        int rc = amqp_basic_publish(s->link.conn, CHANNEL, exchange, amqp_cstring_bytes(rkey),
                                     mandatory, 0, &props, cbytes(ev->payload, ev->payload_len));
         json_decref(root);
         if (rc != AMQP_STATUS_OK) {
@@ -765,7 +690,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
     if (pub_rc != AMQP_STATUS_OK) {
         /* take the confirms (or the broker's close) already received, then give up */
         st = await_confirms(s, &b, pb_monotonic_ms(), true, err);
-        if (s->conn)
+        if (s->link.conn)
             st = lost(s, &b, err, "connection lost while publishing: %s",
                       amqp_error_string2(pub_rc));
     } else if (b.nslots > 0) {
@@ -776,8 +701,8 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
               (unsigned long long)(b.first_tag + b.nslots - 1), rejected);
 
     recycle_amqp_pool(&s->pool);
-    if (s->conn)
-        amqp_maybe_release_buffers(s->conn);
+    if (s->link.conn)
+        amqp_maybe_release_buffers(s->link.conn);
     return st;
 }
 
@@ -786,14 +711,14 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
 static pb_status_t sink_idle(pb_sink_t *snk, pb_error_t *err)
 {
     amqp_sink_t *s = (amqp_sink_t *)snk;
-    if (!s->conn)
+    if (!s->link.conn)
         return pb_fail(err, PB_TRANSIENT, "not connected to rabbitmq at %s", s->where);
     /* a zero timeout still sends a due heartbeat and notices a missed one (rabbitmq-c checks
      * both before polling the socket) */
     for (int i = 0; i < IDLE_MAX_FRAMES; i++) {
         amqp_frame_t f;
         struct timeval tv = {0, 0};
-        int rc = amqp_simple_wait_frame_noblock(s->conn, &f, &tv);
+        int rc = amqp_simple_wait_frame_noblock(s->link.conn, &f, &tv);
         if (rc == AMQP_STATUS_TIMEOUT)
             break;
         if (rc != AMQP_STATUS_OK)
@@ -803,7 +728,7 @@ static pb_status_t sink_idle(pb_sink_t *snk, pb_error_t *err)
         if (st != PB_OK)
             return st;
     }
-    amqp_maybe_release_buffers(s->conn);
+    amqp_maybe_release_buffers(s->link.conn);
     return PB_OK;
 }
 
@@ -812,7 +737,7 @@ static void sink_free(pb_sink_t *snk)
     if (!snk)
         return;
     amqp_sink_t *s = (amqp_sink_t *)snk;
-    close_politely(s);
+    pb_amqp_link_close(&s->link);
     pb_amqp_url_free(&s->url);
     empty_amqp_pool(&s->pool);
     free(s->slot_event);
@@ -849,13 +774,8 @@ pb_status_t pb_sink_amqp_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t
     }
     s->base.ops = &amqp_ops;
     s->base.cfg = cfg;
-    if (strchr(s->url.host, ':'))
-        snprintf(s->where, sizeof s->where, "[%s]:%d", s->url.host, s->url.port);
-    else
-        snprintf(s->where, sizeof s->where, "%s:%d", s->url.host, s->url.port);
-    /* whole seconds on the wire; never round a small nonzero interval down to "disabled" */
-    int64_t hb = cfg->amqp_heartbeat > 0 ? (cfg->amqp_heartbeat + 999) / 1000 : 0;
-    s->heartbeat_s = (int)(hb > 65535 ? 65535 : hb);
+    pb_amqp_url_where(&s->url, s->where, sizeof s->where);
+    s->heartbeat_s = pb_amqp_heartbeat_s(cfg->amqp_heartbeat);
     init_amqp_pool(&s->pool, POOL_PAGE);
     *out = &s->base;
     return PB_OK;

@@ -16,6 +16,7 @@
 #include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/str.h"
 
@@ -247,6 +248,21 @@ void pb_amqp_url_free(pb_amqp_url_t *u)
     memset(u, 0, sizeof *u);
 }
 
+void pb_amqp_url_where(const pb_amqp_url_t *u, char *buf, size_t n)
+{
+    if (strchr(u->host, ':'))
+        snprintf(buf, n, "[%s]:%d", u->host, u->port);
+    else
+        snprintf(buf, n, "%s:%d", u->host, u->port);
+}
+
+int pb_amqp_heartbeat_s(int64_t heartbeat_ms)
+{
+    /* whole seconds on the wire; never round a small nonzero interval down to "disabled" */
+    int64_t hb = heartbeat_ms > 0 ? (heartbeat_ms + 999) / 1000 : 0;
+    return (int)(hb > 65535 ? 65535 : hb);
+}
+
 /* ---- replies -------------------------------------------------------------------------------- */
 
 const char *pb_amqp_reply_error(amqp_rpc_reply_t r, const char *what, char *buf, size_t n)
@@ -287,12 +303,6 @@ const char *pb_amqp_reply_error(amqp_rpc_reply_t r, const char *what, char *buf,
 }
 
 /* ---- connecting ----------------------------------------------------------------------------- */
-
-static struct timeval ms_to_tv(int64_t ms)
-{
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-    return tv;
-}
 
 static const char *errno_text(int e, char *buf, size_t n)
 {
@@ -516,7 +526,7 @@ pb_status_t pb_amqp_open(const pb_amqp_url_t *u, const pb_config_t *cfg, int hea
         }
     }
 
-    struct timeval tv = ms_to_tv(cfg->amqp_confirm_timeout);
+    struct timeval tv = pb_ms_timeval(cfg->amqp_confirm_timeout);
     int rc = amqp_socket_open_noblock(sock, u->host, u->port, &tv);
     if (rc != AMQP_STATUS_OK) {
         st = open_failed(rc, u, cfg, where, err);

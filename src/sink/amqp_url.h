@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <amqp.h>
 
@@ -36,6 +37,15 @@ pb_status_t pb_amqp_url_parse(const char *url, pb_amqp_url_t *out, pb_error_t *e
 
 /** @brief Frees the strings of u and zeroes it. Accepts NULL and zeroed structs. */
 void pb_amqp_url_free(pb_amqp_url_t *u);
+
+/** @brief Writes "host:port" of u into buf for messages ("[host]:port" for an IPv6 literal);
+ * never the user or password. Truncated to fit n bytes (n > 0). */
+void pb_amqp_url_where(const pb_amqp_url_t *u, char *buf, size_t n);
+
+/** @brief The heartbeat to propose, in whole seconds (the unit on the wire), for amqp.heartbeat in
+ * milliseconds: rounded up, so that a small nonzero interval never becomes 0 ("disabled"), and
+ * capped at 65535. @returns 0 when heartbeat_ms <= 0. */
+int pb_amqp_heartbeat_s(int64_t heartbeat_ms);
 
 /**
  * @brief Opens a TCP or TLS socket to u, logs in with PLAIN and opens the connection to the

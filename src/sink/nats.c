@@ -526,6 +526,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
     jsPubOptions_Init(&po);
     po.MaxWait = cfg->nats_ack_timeout;
     size_t nsent = 0, rejected = 0;
+    int64_t t_start = pb_monotonic_ms();
     char stop_reason[200] = "";
     for (size_t i = 0; i < n; i++) {
         pb_result_t *res = &results[i];
@@ -576,6 +577,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
         log_warn(FAC, "%zu events of the batch cannot be published to nats (see their "
                       "last_error)", rejected);
 
+    int64_t t_sent = pb_monotonic_ms();
     pthread_mutex_lock(&s->mu);
     wait_acks(s, cfg->nats_ack_timeout + WAIT_SLACK_MS);
     size_t dups = s->dups, failed = s->failed;
@@ -592,8 +594,9 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
     if (failed || unacked)
         log_warn(FAC, "%zu of %zu events not acknowledged by jetstream and will be retried: %s",
                  failed + unacked, nsent, failed ? first_error : "acknowledgement timed out");
-    log_debug(FAC, "batch of %zu: %zu sent, %zu duplicates, %zu failed, %zu rejected", n, nsent,
-              dups, failed + unacked, rejected);
+    log_debug(FAC, "batch of %zu: %zu sent in %lld ms, acks after %lld ms more; %zu duplicates, "
+                   "%zu failed, %zu rejected", n, nsent, (long long)(t_sent - t_start),
+              (long long)(pb_monotonic_ms() - t_sent), dups, failed + unacked, rejected);
 
     cs = natsConnection_Status(s->nc);
     if (cs != NATS_CONN_STATUS_CONNECTED || conn_err || stop_reason[0]) {

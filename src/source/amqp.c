@@ -25,6 +25,7 @@
 #include <amqp.h>
 #include <amqp_framing.h>
 
+#include "common/amqp_conn.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/str.h"
@@ -32,7 +33,7 @@
 #include "source/amqp_headers.h"
 
 #define FAC "source.amqp"
-#define CHANNEL 1
+#define CHANNEL PB_AMQP_LINK_CHANNEL
 #define SHORTSTR_MAX 255
 #define ARENA_PAGE 65536
 /* RabbitMQ refuses messages above 512 MiB (max_message_size); a larger body_size is garbage. */
@@ -52,8 +53,7 @@ typedef struct amqp_source {
     int heartbeat_s;
     char **bindings; /* trimmed binding keys */
     size_t nbindings;
-    amqp_connection_state_t conn; /* NULL while disconnected */
-    bool channel_open;
+    pb_amqp_link_t link; /* link.conn NULL while disconnected */
     uint64_t last_tag; /* highest delivery tag received on this channel (0 after connect) */
     uint64_t epoch;    /* counts connects (mod 2^16), in the upper bits of pb_message_t.tag */
     amqp_pool_t arena; /* strings of the current batch */
@@ -61,23 +61,6 @@ typedef struct amqp_source {
 } amqp_source_t;
 
 static const pb_source_ops_t amqp_source_ops;
-
-static struct timeval ms_to_tv(int64_t ms)
-{
-    if (ms < 0)
-        ms = 0;
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-    return tv;
-}
-
-static const char *bytes_text(amqp_bytes_t b, char *buf, size_t n)
-{
-    size_t len = b.len < n - 1 ? b.len : n - 1;
-    if (len)
-        memcpy(buf, b.bytes, len);
-    buf[len] = '\0';
-    return buf;
-}
 
 static amqp_bytes_t cbytes(const char *s)
 {
@@ -113,17 +96,7 @@ static const char *text_copy(amqp_source_t *s, amqp_bytes_t b)
 {
     if (b.len == 0 || (!memchr(b.bytes, '\0', b.len) && pb_utf8_valid(b.bytes, b.len)))
         return arena_copy(s, b.bytes, b.len);
-    static const char digits[] = "0123456789abcdef";
-    char *d = arena_alloc(s, 2 + 2 * b.len + 1);
-    const unsigned char *p = b.bytes;
-    d[0] = '\\';
-    d[1] = 'x';
-    for (size_t i = 0; i < b.len; i++) {
-        d[2 + 2 * i] = digits[p[i] >> 4];
-        d[3 + 2 * i] = digits[p[i] & 0x0f];
-    }
-    d[2 + 2 * b.len] = '\0';
-    return d;
+    return pb_amqp_hex_text(b, arena_alloc(s, PB_AMQP_HEX_LEN(b.len) + 1));
 }
 
 /* An id or type from a header: a non-empty string (see text_copy), or with integers an integer
@@ -144,51 +117,6 @@ static const char *field_copy(amqp_source_t *s, const amqp_field_value_t *v, boo
 
 /* ---- connection state ----------------------------------------------------------------------- */
 
-static void drop_connection(amqp_source_t *s)
-{
-    if (s->conn)
-        amqp_destroy_connection(s->conn);
-    s->conn = NULL;
-    s->channel_open = false;
-}
-
-/* channel.close + connection.close, each bounded by the rpc timeout set in pb_amqp_open. Frames
- * that arrive meanwhile (deliveries in flight) are queued by rabbitmq-c and dropped with the
- * connection; the broker requeues every unacknowledged message. */
-static void close_politely(amqp_source_t *s)
-{
-    if (!s->conn)
-        return;
-    if (s->channel_open)
-        (void)amqp_channel_close(s->conn, CHANNEL, AMQP_REPLY_SUCCESS);
-    (void)amqp_connection_close(s->conn, AMQP_REPLY_SUCCESS);
-    drop_connection(s);
-}
-
-/* After a failed RPC on CHANNEL: describes it in buf and answers a close from the broker. Returns
- * the reply code of a channel close (the connection stays usable), else 0 with the connection
- * dropped. */
-static unsigned rpc_failed(amqp_source_t *s, const char *what, char *buf, size_t n)
-{
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(s->conn);
-    pb_amqp_reply_error(r, what, buf, n);
-    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.decoded) {
-        if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-            unsigned code = ((const amqp_channel_close_t *)r.reply.decoded)->reply_code;
-            amqp_channel_close_ok_t ok = {0};
-            s->channel_open = false;
-            if (amqp_send_method(s->conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) ==
-                AMQP_STATUS_OK)
-                return code;
-        } else if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-            amqp_connection_close_ok_t ok = {0};
-            (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
-        }
-    }
-    drop_connection(s);
-    return 0;
-}
-
 /* The connection is unusable: drops it and returns PB_TRANSIENT. */
 static pb_status_t lost(amqp_source_t *s, pb_error_t *err, const char *fmt, ...) PB_PRINTF(3, 4);
 static pb_status_t lost(amqp_source_t *s, pb_error_t *err, const char *fmt, ...)
@@ -198,7 +126,7 @@ static pb_status_t lost(amqp_source_t *s, pb_error_t *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
-    drop_connection(s);
+    pb_amqp_link_drop(&s->link);
     log_warn(FAC, "rabbitmq at %s: %s (unacknowledged messages will be redelivered)", s->where,
              reason);
     return pb_fail(err, PB_TRANSIENT, "rabbitmq at %s: %s", s->where, reason);
@@ -210,11 +138,11 @@ static pb_status_t declare_exchange(amqp_source_t *s, pb_error_t *err)
 {
     const pb_config_t *cfg = s->base.cfg;
     const char *ex = cfg->amqp_exchange;
-    if (amqp_exchange_declare(s->conn, CHANNEL, cbytes(ex), cbytes(cfg->amqp_exchange_type), 0, 1,
-                              0, 0, amqp_empty_table))
+    if (amqp_exchange_declare(s->link.conn, CHANNEL, cbytes(ex), cbytes(cfg->amqp_exchange_type), 0,
+                              1, 0, 0, amqp_empty_table))
         return PB_OK;
     char buf[320];
-    unsigned code = rpc_failed(s, "declare exchange", buf, sizeof buf);
+    unsigned code = pb_amqp_link_rpc_failed(&s->link, "declare exchange", buf, sizeof buf);
     if (code == AMQP_PRECONDITION_FAILED)
         return pb_fail(err, PB_FATAL,
                        "exchange \"%s\" exists on vhost \"%s\" but is not a durable %s "
@@ -259,7 +187,7 @@ static pb_status_t declare_queue(amqp_source_t *s, pb_error_t *err)
             args[nargs++] = str_arg("x-dead-letter-exchange", cfg->amqp_queue_dead_letter_exchange);
     }
     amqp_table_t table = {.num_entries = nargs, .entries = args};
-    amqp_queue_declare_ok_t *ok = amqp_queue_declare(s->conn, CHANNEL, cbytes(q), !declare,
+    amqp_queue_declare_ok_t *ok = amqp_queue_declare(s->link.conn, CHANNEL, cbytes(q), !declare,
                                                      declare, 0, 0, table);
     if (ok) {
         log_debug(FAC, "queue \"%s\" %s: %u messages ready, %u consumers", q,
@@ -268,7 +196,8 @@ static pb_status_t declare_queue(amqp_source_t *s, pb_error_t *err)
         return PB_OK;
     }
     char buf[320];
-    unsigned code = rpc_failed(s, declare ? "declare queue" : "check queue", buf, sizeof buf);
+    unsigned code = pb_amqp_link_rpc_failed(&s->link, declare ? "declare queue" : "check queue",
+                                            buf, sizeof buf);
     if (code == AMQP_NOT_FOUND && !declare)
         return pb_fail(err, PB_FATAL,
                        "queue \"%s\" does not exist on vhost \"%s\" (create it, or set "
@@ -290,11 +219,11 @@ static pb_status_t bind_queue(amqp_source_t *s, pb_error_t *err)
     const pb_config_t *cfg = s->base.cfg;
     for (size_t i = 0; i < s->nbindings; i++) {
         const char *key = s->bindings[i];
-        if (amqp_queue_bind(s->conn, CHANNEL, cbytes(cfg->amqp_queue), cbytes(cfg->amqp_exchange),
-                            cbytes(key), amqp_empty_table))
+        if (amqp_queue_bind(s->link.conn, CHANNEL, cbytes(cfg->amqp_queue),
+                            cbytes(cfg->amqp_exchange), cbytes(key), amqp_empty_table))
             continue;
         char buf[320];
-        unsigned code = rpc_failed(s, "bind queue", buf, sizeof buf);
+        unsigned code = pb_amqp_link_rpc_failed(&s->link, "bind queue", buf, sizeof buf);
         if (code == AMQP_NOT_FOUND)
             return pb_fail(err, PB_FATAL,
                            "cannot bind queue \"%s\" to exchange \"%s\" on vhost \"%s\": the "
@@ -314,18 +243,18 @@ static pb_status_t start_consuming(amqp_source_t *s, pb_error_t *err)
 {
     const pb_config_t *cfg = s->base.cfg;
     char buf[320];
-    if (!amqp_basic_qos(s->conn, CHANNEL, 0, (uint16_t)cfg->amqp_prefetch, 0)) {
-        rpc_failed(s, "set prefetch", buf, sizeof buf);
+    if (!amqp_basic_qos(s->link.conn, CHANNEL, 0, (uint16_t)cfg->amqp_prefetch, 0)) {
+        pb_amqp_link_rpc_failed(&s->link, "set prefetch", buf, sizeof buf);
         return pb_fail(err, PB_TRANSIENT, "%s", buf);
     }
-    amqp_basic_consume_ok_t *ok = amqp_basic_consume(s->conn, CHANNEL, cbytes(cfg->amqp_queue),
+    amqp_basic_consume_ok_t *ok = amqp_basic_consume(s->link.conn, CHANNEL, cbytes(cfg->amqp_queue),
                                                      amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
     if (ok) {
         log_debug(FAC, "consumer tag %.*s", (int)ok->consumer_tag.len,
                   (const char *)ok->consumer_tag.bytes);
         return PB_OK;
     }
-    unsigned code = rpc_failed(s, "consume", buf, sizeof buf);
+    unsigned code = pb_amqp_link_rpc_failed(&s->link, "consume", buf, sizeof buf);
     if (code == AMQP_ACCESS_REFUSED)
         return pb_fail(err, PB_FATAL, "user \"%s\" may not consume from queue \"%s\": %s",
                        s->url.user, cfg->amqp_queue, buf);
@@ -335,15 +264,11 @@ static pb_status_t start_consuming(amqp_source_t *s, pb_error_t *err)
 static pb_status_t setup_channel(amqp_source_t *s, pb_error_t *err)
 {
     const pb_config_t *cfg = s->base.cfg;
-    char buf[320];
-    if (!amqp_channel_open(s->conn, CHANNEL)) {
-        rpc_failed(s, "open channel", buf, sizeof buf);
-        return pb_fail(err, PB_TRANSIENT, "%s", buf);
-    }
-    s->channel_open = true;
+    pb_status_t st = pb_amqp_link_channel_open(&s->link, err);
+    if (st != PB_OK)
+        return st;
     s->last_tag = 0;
     s->epoch = (s->epoch + 1) & TAG_EPOCH_MASK;
-    pb_status_t st;
     bool bind = cfg->amqp_queue_declare && s->nbindings > 0;
     if (bind && cfg->amqp_declare_exchange && (st = declare_exchange(s, err)) != PB_OK)
         return st;
@@ -358,41 +283,34 @@ static pb_status_t src_connect(pb_source_t *src, pb_error_t *err)
 {
     amqp_source_t *s = (amqp_source_t *)src;
     const pb_config_t *cfg = src->cfg;
-    close_politely(s);
+    pb_amqp_link_close(&s->link);
     recycle_amqp_pool(&s->arena); /* the contract: strings die with a reconnect */
-    pb_status_t st = pb_amqp_open(&s->url, cfg, s->heartbeat_s, &s->conn, err);
+    pb_status_t st = pb_amqp_open(&s->url, cfg, s->heartbeat_s, &s->link.conn, err);
     if (st != PB_OK)
         return st;
     st = setup_channel(s, err);
     if (st != PB_OK) {
-        close_politely(s);
+        pb_amqp_link_close(&s->link);
         return st;
     }
     log_info(FAC, "consuming queue \"%s\" on rabbitmq at %s vhost=\"%s\" user=\"%s\" prefetch=%lld "
                   "heartbeat=%ds frame_max=%d", cfg->amqp_queue, s->where, s->url.vhost,
-             s->url.user, (long long)cfg->amqp_prefetch, amqp_get_heartbeat(s->conn),
-             amqp_get_frame_max(s->conn));
+             s->url.user, (long long)cfg->amqp_prefetch, amqp_get_heartbeat(s->link.conn),
+             amqp_get_frame_max(s->link.conn));
     return PB_OK;
 }
 
 /* ---- receive -------------------------------------------------------------------------------- */
-
-static int wait_frame(amqp_source_t *s, amqp_frame_t *f, int64_t deadline_ms)
-{
-    struct timeval tv = ms_to_tv(deadline_ms - pb_monotonic_ms());
-    return amqp_simple_wait_frame_noblock(s->conn, f, &tv);
-}
 
 static pb_status_t on_channel_close(amqp_source_t *s, const amqp_channel_close_t *c,
                                     pb_error_t *err)
 {
     char text[200];
     unsigned code = c->reply_code;
-    bytes_text(c->reply_text, text, sizeof text);
-    amqp_channel_close_ok_t ok = {0};
-    s->channel_open = false;
-    if (amqp_send_method(s->conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) == AMQP_STATUS_OK)
-        close_politely(s); /* the connection is healthy: say goodbye; connect() starts afresh */
+    pb_amqp_bytes_text(c->reply_text, text, sizeof text);
+    if (pb_amqp_link_channel_close_ok(&s->link) == AMQP_STATUS_OK)
+        /* the connection is healthy: say goodbye; connect() starts afresh */
+        pb_amqp_link_close(&s->link);
     return lost(s, err, "channel closed by rabbitmq: %u %s", code, text);
 }
 
@@ -401,9 +319,8 @@ static pb_status_t on_connection_close(amqp_source_t *s, const amqp_connection_c
 {
     char text[200];
     unsigned code = c->reply_code;
-    bytes_text(c->reply_text, text, sizeof text);
-    amqp_connection_close_ok_t ok = {0};
-    (void)amqp_send_method(s->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok); /* courtesy */
+    pb_amqp_bytes_text(c->reply_text, text, sizeof text);
+    pb_amqp_link_connection_close_ok(&s->link); /* courtesy */
     return lost(s, err, "connection closed by rabbitmq: %u %s", code, text);
 }
 
@@ -417,7 +334,7 @@ static pb_status_t on_other_method(amqp_source_t *s, const amqp_frame_t *f, pb_e
         return on_channel_close(s, m->decoded, err);
     if (f->channel == CHANNEL && m->id == AMQP_BASIC_CANCEL_METHOD) {
         /* the queue was deleted (sent only to clients announcing consumer_cancel_notify) */
-        close_politely(s);
+        pb_amqp_link_close(&s->link);
         return lost(s, err, "rabbitmq cancelled the consumer of queue \"%s\" (queue deleted?)",
                     s->base.cfg->amqp_queue);
     }
@@ -474,7 +391,7 @@ static pb_status_t read_delivery(amqp_source_t *s, const amqp_basic_deliver_t *d
     amqp_frame_t f;
     uint64_t body_size = 0;
     for (;;) { /* the content header */
-        int rc = wait_frame(s, &f, deadline);
+        int rc = pb_amqp_link_wait_frame(&s->link, &f, deadline);
         if (rc != AMQP_STATUS_OK)
             return lost(s, err, "reading delivery %llu: %s", (unsigned long long)d->delivery_tag,
                         amqp_error_string2(rc));
@@ -503,7 +420,7 @@ static pb_status_t read_delivery(amqp_source_t *s, const amqp_basic_deliver_t *d
     char *body = arena_alloc(s, (size_t)body_size + 1);
     size_t got = 0;
     while (got < body_size) {
-        int rc = wait_frame(s, &f, deadline);
+        int rc = pb_amqp_link_wait_frame(&s->link, &f, deadline);
         if (rc != AMQP_STATUS_OK)
             return lost(s, err, "reading the body of delivery %llu (%zu of %llu bytes): %s",
                         (unsigned long long)d->delivery_tag, got, (unsigned long long)body_size,
@@ -542,7 +459,7 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
     amqp_source_t *s = (amqp_source_t *)src;
     *n = 0;
     recycle_amqp_pool(&s->arena); /* the previous batch's strings */
-    if (!s->conn || !s->channel_open)
+    if (!s->link.conn || !s->link.channel_open)
         return pb_fail(err, PB_TRANSIENT, "not connected to rabbitmq at %s", s->where);
 
     size_t got = 0;
@@ -552,7 +469,7 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
         amqp_frame_t f;
         /* A passed deadline still polls once: frames already buffered (or readable at once) are
          * taken without sleeping; the wait ends at the first AMQP_STATUS_TIMEOUT. */
-        int rc = wait_frame(s, &f, deadline);
+        int rc = pb_amqp_link_wait_frame(&s->link, &f, deadline);
         if (rc == AMQP_STATUS_TIMEOUT)
             break;
         if (rc != AMQP_STATUS_OK) {
@@ -586,7 +503,7 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
         return st;
     }
     *n = got;
-    amqp_maybe_release_buffers(s->conn); /* everything handed out was copied into the arena */
+    amqp_maybe_release_buffers(s->link.conn); /* everything handed out was copied into the arena */
     return PB_OK;
 }
 
@@ -599,7 +516,7 @@ static pb_status_t check_tag(amqp_source_t *s, uint64_t tag, const char *what, u
                              pb_error_t *err)
 {
     *delivery = tag & TAG_DELIVERY_MASK;
-    if (!s->conn || !s->channel_open)
+    if (!s->link.conn || !s->link.channel_open)
         return pb_fail(err, PB_TRANSIENT,
                        "cannot %s delivery %llu: not connected to rabbitmq at %s", what,
                        (unsigned long long)*delivery, s->where);
@@ -617,7 +534,7 @@ static pb_status_t src_ack(pb_source_t *src, uint64_t tag, bool multiple, pb_err
     pb_status_t st = check_tag(s, tag, "acknowledge", &delivery, err);
     if (st != PB_OK)
         return st;
-    int rc = amqp_basic_ack(s->conn, CHANNEL, delivery, multiple);
+    int rc = amqp_basic_ack(s->link.conn, CHANNEL, delivery, multiple);
     if (rc != AMQP_STATUS_OK)
         return lost(s, err, "acknowledging delivery %llu: %s", (unsigned long long)delivery,
                     amqp_error_string2(rc));
@@ -631,7 +548,7 @@ static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
     pb_status_t st = check_tag(s, tag, "requeue", &delivery, err);
     if (st != PB_OK)
         return st;
-    int rc = amqp_basic_nack(s->conn, CHANNEL, delivery, 0, 1);
+    int rc = amqp_basic_nack(s->link.conn, CHANNEL, delivery, 0, 1);
     if (rc != AMQP_STATUS_OK)
         return lost(s, err, "requeueing delivery %llu: %s", (unsigned long long)delivery,
                     amqp_error_string2(rc));
@@ -654,7 +571,7 @@ static void src_free(pb_source_t *src)
     if (!src)
         return;
     amqp_source_t *s = (amqp_source_t *)src;
-    close_politely(s);
+    pb_amqp_link_close(&s->link);
     pb_amqp_url_free(&s->url);
     free_bindings(s);
     empty_amqp_pool(&s->arena);
@@ -751,13 +668,8 @@ pb_status_t pb_source_amqp_new(const pb_config_t *cfg, pb_source_t **out, pb_err
         free(s);
         return st;
     }
-    if (strchr(s->url.host, ':'))
-        snprintf(s->where, sizeof s->where, "[%s]:%d", s->url.host, s->url.port);
-    else
-        snprintf(s->where, sizeof s->where, "%s:%d", s->url.host, s->url.port);
-    /* whole seconds on the wire; never round a small nonzero interval down to "disabled" */
-    int64_t hb = cfg->amqp_heartbeat > 0 ? (cfg->amqp_heartbeat + 999) / 1000 : 0;
-    s->heartbeat_s = (int)(hb > 65535 ? 65535 : hb);
+    pb_amqp_url_where(&s->url, s->where, sizeof s->where);
+    s->heartbeat_s = pb_amqp_heartbeat_s(cfg->amqp_heartbeat);
     init_amqp_pool(&s->arena, ARENA_PAGE);
     *out = &s->base;
     return PB_OK;

@@ -60,22 +60,28 @@ bool pb_utf8_valid(const void *s, size_t n)
     return true;
 }
 
+char *pb_amqp_hex_text(amqp_bytes_t b, char *dst)
+{
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *p = b.bytes;
+    dst[0] = '\\';
+    dst[1] = 'x';
+    for (size_t i = 0; i < b.len; i++) {
+        dst[2 + 2 * i] = digits[p[i] >> 4];
+        dst[3 + 2 * i] = digits[p[i] & 0x0f];
+    }
+    dst[PB_AMQP_HEX_LEN(b.len)] = '\0';
+    return dst;
+}
+
 /* "\x" followed by the bytes in lowercase hex (PostgreSQL's bytea text form). */
 static json_t *hex_string(amqp_bytes_t b)
 {
-    static const char digits[] = "0123456789abcdef";
-    size_t n = 2 + 2 * b.len;
+    size_t n = PB_AMQP_HEX_LEN(b.len);
     char *txt = malloc(n + 1);
     if (!txt)
         return must(NULL);
-    const unsigned char *p = b.bytes;
-    txt[0] = '\\';
-    txt[1] = 'x';
-    for (size_t i = 0; i < b.len; i++) {
-        txt[2 + 2 * i] = digits[p[i] >> 4];
-        txt[3 + 2 * i] = digits[p[i] & 0x0f];
-    }
-    txt[n] = '\0';
+    pb_amqp_hex_text(b, txt);
     json_t *j = must(json_stringn_nocheck(txt, n));
     free(txt);
     return j;

@@ -40,6 +40,16 @@
  * U+10FFFF). NUL bytes are valid. */
 bool pb_utf8_valid(const void *s, size_t n);
 
+/** Length of pb_amqp_hex_text's text for n bytes (without the NUL). */
+#define PB_AMQP_HEX_LEN(n) (2 + 2 * (n))
+
+/**
+ * @brief Writes b as "\x" and its bytes in lowercase hex (PostgreSQL's bytea text form, the
+ * "\x<hex>" form above) into dst, which must hold PB_AMQP_HEX_LEN(b.len) + 1 bytes.
+ * @returns dst, NUL-terminated.
+ */
+char *pb_amqp_hex_text(amqp_bytes_t b, char *dst);
+
 /**
  * @brief Converts one field value to JSON with the mapping above.
  * @returns a new reference (never NULL: allocation failure aborts, as pb_malloc does).

@@ -1,8 +1,14 @@
 /* NATS JetStream source (nats.c 3.4.1): one durable pull consumer on the stream, explicit acks.
  *
- * receive fetches in two steps so that a trickle is not delayed and a flood comes in whole
+ * receive pulls in two steps so that a trickle is not delayed and a flood comes in whole
  * batches: first what is available at once (no_wait), else a wait of up to wait_ms for one
  * message; then, once the first is there, up to batch_wait_ms for the rest of the batch.
+ * The pull requests are our own ($JS.API.CONSUMER.MSG.NEXT with a reply subject per request
+ * on a plain subscription), not natsSubscription_Fetch: in nats.c 3.4.1 a Fetch that finds
+ * messages left over from an earlier, timed-out request can write past its array (the loop
+ * compares the total count with the reduced batch of the new request). Here a late message of
+ * an earlier request is simply taken with the next batch, and the status (404/408) that ends
+ * a request is recognized by its reply subject, so a stale one never cuts a wait short.
  *
  * pb_message_t.tag is a sequence number of this source (never reused, also not across
  * reconnects); the natsMsg stays alive in a tag-ordered table until it is acknowledged or
@@ -52,7 +58,10 @@ typedef struct nats_source {
     char durable[128];
     natsConnection *nc; /* NULL while disconnected */
     jsCtx *js;
-    natsSubscription *sub;
+    natsSubscription *sub; /* on "<inbox>.*": pulled messages and request statuses */
+    natsInbox *inbox;
+    char next_subj[300];   /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<durable> */
+    uint64_t req_seq;
     pb_nats_stream_desc_t stream;
     uint64_t next_tag;
     entry_t *ent; /* outstanding messages, tags increasing, [head, len) */
@@ -72,6 +81,16 @@ static void free_done(nats_source_t *s)
     for (size_t i = 0; i < s->ndone; i++)
         natsMsg_Destroy(s->done[i]);
     s->ndone = 0;
+}
+
+/* Acknowledgement protocol of JetStream: a publish to the message's reply subject
+ * ($JS.ACK...): "+ACK", "-NAK" (redeliver now), "+WPI" (in progress: restart ack_wait). */
+static natsStatus reply_ack(nats_source_t *s, natsMsg *m, const char *what)
+{
+    const char *reply = natsMsg_GetReply(m);
+    if (!reply || strncmp(reply, "$JS.ACK.", 8) != 0)
+        return NATS_OK; /* not a JetStream message: nothing to acknowledge */
+    return natsConnection_PublishString(s->nc, reply, what);
 }
 
 static void retire(nats_source_t *s, entry_t *e)
@@ -136,7 +155,7 @@ static void abandon_all(nats_source_t *s, bool nak)
     for (size_t i = s->head; i < s->len; i++) {
         if (!s->ent[i].msg)
             continue;
-        if (nak && natsMsg_Nak(s->ent[i].msg, NULL) == NATS_OK)
+        if (nak && reply_ack(s, s->ent[i].msg, "-NAK") == NATS_OK)
             naked++;
         retire(s, &s->ent[i]);
     }
@@ -158,6 +177,8 @@ static void drop_connection(nats_source_t *s)
         natsSubscription_Destroy(s->sub);
         s->sub = NULL;
     }
+    natsInbox_Destroy(s->inbox);
+    s->inbox = NULL;
     if (s->js) {
         jsCtx_Destroy(s->js);
         s->js = NULL;
@@ -284,19 +305,19 @@ static pb_status_t src_connect(pb_source_t *src, pb_error_t *err)
     if ((st = ensure_consumer(s, err)) != PB_OK)
         goto fail;
 
-    jsSubOptions so;
-    jsSubOptions_Init(&so);
-    so.Stream = cfg->nats_stream;
-    so.Consumer = s->durable;
-    so.ManualAck = true;
-    jsErrCode jerr = 0;
-    ns = js_PullSubscribe(&s->sub, s->js, NULL, s->durable, &jo, &so, &jerr);
+    char wild[128];
+    if ((ns = natsInbox_Create(&s->inbox)) == NATS_OK) {
+        snprintf(wild, sizeof wild, "%s.*", s->inbox);
+        ns = natsConnection_SubscribeSync(&s->sub, s->nc, wild);
+    }
     if (ns != NATS_OK) {
         st = pb_fail(err, pb_nats_status_transient(ns) ? PB_TRANSIENT : PB_FATAL,
-                     "nats at %s: pull subscription to consumer \"%s\": %s", s->where, s->durable,
+                     "nats at %s: subscribing to the pull replies: %s", s->where,
                      pb_nats_error_text(ns, buf, sizeof buf));
         goto fail;
     }
+    snprintf(s->next_subj, sizeof s->next_subj, "$JS.API.CONSUMER.MSG.NEXT.%s.%s",
+             cfg->nats_stream, s->durable);
     (void)natsSubscription_SetPendingLimits(s->sub, -1, -1);
     log_info(FAC, "connected to nats at %s; durable pull consumer \"%s\" on %s (ack_wait %lld ms, "
                   "max_deliver %s%lld)", s->where, s->durable, s->stream.text,
@@ -318,7 +339,7 @@ static pb_status_t keep_alive(nats_source_t *s, int64_t now, pb_error_t *err)
         entry_t *e = &s->ent[i];
         if (!e->msg || now - e->progress_ms < every)
             continue;
-        natsStatus ns = natsMsg_InProgress(e->msg, NULL);
+        natsStatus ns = reply_ack(s, e->msg, "+WPI");
         if (ns != NATS_OK)
             return lost(s, err, "sending in-progress for a held message", ns);
         e->progress_ms = now;
@@ -326,22 +347,67 @@ static pb_status_t keep_alive(nats_source_t *s, int64_t now, pb_error_t *err)
     return PB_OK;
 }
 
-/* One fetch of up to max messages into list. *got = 0 (not an error) when none came. */
-static natsStatus fetch(nats_source_t *s, natsMsgList *list, size_t max, int64_t wait_ms)
+/* Sends a pull request for up to batch messages: no_wait when wait_ms is 0, else the server
+ * holds it for wait_ms. *reply gets its reply subject (statuses come back on it). */
+static natsStatus pull(nats_source_t *s, size_t batch, int64_t wait_ms, char *reply, size_t n)
 {
-    jsFetchRequest req;
-    jsFetchRequest_Init(&req);
-    req.Batch = (int)max;
+    char body[128];
+    snprintf(reply, n, "%s.%llu", s->inbox, (unsigned long long)++s->req_seq);
     if (wait_ms > 0)
-        req.Expires = wait_ms * NS_PER_MS;
+        snprintf(body, sizeof body, "{\"batch\":%zu,\"expires\":%lld}", batch,
+                 (long long)(wait_ms * NS_PER_MS));
     else
-        req.NoWait = true;
-    natsStatus ns = natsSubscription_FetchRequest(list, s->sub, &req);
-    if (ns == NATS_TIMEOUT || ns == NATS_NOT_FOUND) {
-        memset(list, 0, sizeof *list);
-        return NATS_OK;
+        snprintf(body, sizeof body, "{\"batch\":%zu,\"no_wait\":true}", batch);
+    return natsConnection_PublishRequestString(s->nc, s->next_subj, reply, body);
+}
+
+/* Status of a message without payload ("404", "408", "409", "100"), else NULL. */
+static const char *status_of(natsMsg *m)
+{
+    const char *v = NULL;
+    if (natsMsg_GetDataLength(m) > 0)
+        return NULL;
+    if (natsMsgHeader_Get(m, "Status", &v) != NATS_OK || !v)
+        return NULL;
+    return v;
+}
+
+/* Takes messages into got (up to max) until the request `reply` ends (its status arrives) or
+ * deadline_ms passes. Messages of earlier requests are taken too. */
+static natsStatus collect(nats_source_t *s, natsMsg **got, size_t *ngot, size_t max,
+                          const char *reply, int64_t deadline_ms)
+{
+    while (*ngot < max) {
+        int64_t left = deadline_ms - pb_monotonic_ms();
+        natsMsg *m = NULL;
+        natsStatus ns = natsSubscription_NextMsg(&m, s->sub, left > 0 ? left : 0);
+        if (ns == NATS_TIMEOUT)
+            return NATS_OK;
+        if (ns != NATS_OK)
+            return ns;
+        const char *sv = status_of(m);
+        if (!sv) {
+            got[(*ngot)++] = m;
+            continue;
+        }
+        char st[4];
+        snprintf(st, sizeof st, "%s", sv);
+        bool mine = strcmp(natsMsg_GetSubject(m), reply) == 0;
+        bool normal = !strcmp(st, "100") || !strcmp(st, "404") || !strcmp(st, "408");
+        if (!normal) {
+            const char *desc = NULL;
+            if (natsMsgHeader_Get(m, "Description", &desc) != NATS_OK)
+                desc = NULL;
+            log_warn(FAC, "pull request for consumer \"%s\" ended with status %s %s", s->durable,
+                     st, desc ? desc : "");
+        }
+        natsMsg_Destroy(m);
+        if (!mine || !strcmp(st, "100"))
+            continue;
+        /* 409 (e.g. consumer deleted): reconnect, which recreates the consumer */
+        return !normal && !strcmp(st, "409") ? NATS_ERR : NATS_OK;
     }
-    return ns;
+    return NATS_OK;
 }
 
 static size_t text_offset(nats_source_t *s)
@@ -476,37 +542,26 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
 
     natsMsg **got = pb_malloc(max * sizeof *got);
     size_t ngot = 0;
-    natsMsgList list;
-    /* what is there now; else wait for one */
-    natsStatus ns = fetch(s, &list, max, 0);
-    /* a late status of an earlier pull request can end a wait early: wait out the rest */
-    int64_t until = now + wait_ms;
-    while (ns == NATS_OK && list.Count == 0 && until - pb_monotonic_ms() > 2)
-        ns = fetch(s, &list, 1, until - pb_monotonic_ms());
-    for (int i = 0; ns == NATS_OK && i < list.Count; i++) {
-        got[ngot++] = list.Msgs[i];
-        list.Msgs[i] = NULL;
-    }
+    char reply[160];
+    /* what is there now (and what earlier requests left behind); else wait for one */
+    natsStatus ns = pull(s, max, 0, reply, sizeof reply);
     if (ns == NATS_OK)
-        natsMsgList_Destroy(&list);
+        ns = collect(s, got, &ngot, max, reply, pb_monotonic_ms() + API_WAIT_MS);
+    if (ns == NATS_OK && ngot == 0 && wait_ms > 0) {
+        if ((ns = pull(s, 1, wait_ms, reply, sizeof reply)) == NATS_OK)
+            ns = collect(s, got, &ngot, max, reply, pb_monotonic_ms() + wait_ms + 100);
+    }
     /* the first is there: the rest of the batch within batch_wait */
     if (ns == NATS_OK && ngot > 0 && ngot < max && batch_wait_ms > 0) {
-        ns = fetch(s, &list, max - ngot, batch_wait_ms);
-        for (int i = 0; ns == NATS_OK && i < list.Count && ngot < max; i++) {
-            got[ngot++] = list.Msgs[i];
-            list.Msgs[i] = NULL;
-        }
-        if (ns == NATS_OK)
-            natsMsgList_Destroy(&list);
+        if ((ns = pull(s, max - ngot, batch_wait_ms, reply, sizeof reply)) == NATS_OK)
+            ns = collect(s, got, &ngot, max, reply, pb_monotonic_ms() + batch_wait_ms + 20);
     }
     if (ns != NATS_OK && ngot == 0) {
         free(got);
-        return lost(s, err, "fetching messages", ns);
+        return lost(s, err, "pulling messages", ns);
     }
-    if (ns != NATS_OK) {
-        log_warn(FAC, "fetching more messages failed after %zu: %s", ngot,
-                 natsStatus_GetText(ns));
-    }
+    if (ns != NATS_OK)
+        log_warn(FAC, "pulling more messages failed after %zu: %s", ngot, natsStatus_GetText(ns));
 
     offsets_t *off = pb_malloc((ngot ? ngot : 1) * sizeof *off);
     now = pb_monotonic_ms();
@@ -543,7 +598,7 @@ static pb_status_t src_ack(pb_source_t *src, uint64_t tag, bool multiple, pb_err
         entry_t *e = find(s, tag);
         if (!e)
             return stale(s, tag, "acknowledge", err);
-        natsStatus ns = natsMsg_Ack(e->msg, NULL);
+        natsStatus ns = reply_ack(s, e->msg, "+ACK");
         if (ns != NATS_OK)
             return lost(s, err, "acknowledging a message", ns);
         retire(s, e);
@@ -556,7 +611,7 @@ static pb_status_t src_ack(pb_source_t *src, uint64_t tag, bool multiple, pb_err
         entry_t *e = &s->ent[i];
         if (!e->msg)
             continue;
-        natsStatus ns = natsMsg_Ack(e->msg, NULL);
+        natsStatus ns = reply_ack(s, e->msg, "+ACK");
         if (ns != NATS_OK)
             return lost(s, err, "acknowledging messages", ns);
         retire(s, e);
@@ -573,7 +628,7 @@ static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
     entry_t *e = find(s, tag);
     if (!e)
         return stale(s, tag, "requeue", err);
-    natsStatus ns = natsMsg_Nak(e->msg, NULL);
+    natsStatus ns = reply_ack(s, e->msg, "-NAK");
     if (ns != NATS_OK)
         return lost(s, err, "naking a message", ns);
     retire(s, e);

@@ -2,7 +2,6 @@
 #include "postbox/postbox.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,20 +38,6 @@ static pthread_mutex_t prepared_lock = PTHREAD_MUTEX_INITIALIZER;
 static prepared_conn_t prepared[64];
 static size_t prepared_next;
 
-static void set_error(char *errbuf, size_t errlen, const char *fmt, ...) PB_PRINTF(3, 4);
-static void set_error(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    if (!errbuf || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
-    va_end(ap);
-    for (char *p = errbuf; *p; p++)
-        if (*p == '\n')
-            *p = ' ';
-}
-
 static bool is_prepared(const PGconn *conn)
 {
     int pid = PQbackendPID(conn);
@@ -76,19 +61,19 @@ static void remember_prepared(const PGconn *conn)
 static int check_ready(PGconn *conn, char *errbuf, size_t errlen)
 {
     if (!conn || PQstatus(conn) != CONNECTION_OK) {
-        set_error(errbuf, errlen, "postbox_enqueue: connection is not open");
+        pb_errbuf_set(errbuf, errlen, "postbox_enqueue: connection is not open");
         return -1;
     }
     switch (PQtransactionStatus(conn)) {
     case PQTRANS_INTRANS:
         return 0;
     case PQTRANS_INERROR:
-        set_error(errbuf, errlen, "postbox_enqueue: the transaction has failed; roll it back");
+        pb_errbuf_set(errbuf, errlen, "postbox_enqueue: the transaction has failed; roll it back");
         return -1;
     default:
-        set_error(errbuf, errlen,
-                  "postbox_enqueue: no transaction open on this connection (BEGIN first, so the "
-                  "event commits with the business change)");
+        pb_errbuf_set(errbuf, errlen,
+                      "postbox_enqueue: no transaction open on this connection (BEGIN first, so "
+                      "the event commits with the business change)");
         return -1;
     }
 }
@@ -97,8 +82,8 @@ static int check_event(const postbox_event_t *ev, char *errbuf, size_t errlen)
 {
     if (!ev->aggregate_type || !*ev->aggregate_type || !ev->aggregate_id || !*ev->aggregate_id ||
         !ev->event_type || !*ev->event_type || !ev->payload) {
-        set_error(errbuf, errlen,
-                  "postbox_enqueue: aggregate_type, aggregate_id, event_type and payload are required");
+        pb_errbuf_set(errbuf, errlen,
+                      "postbox_enqueue: aggregate_type, aggregate_id, event_type and payload are required");
         return -1;
     }
     return 0;
@@ -113,7 +98,8 @@ int postbox_enqueue(PGconn *conn, const postbox_event_t *ev, char event_id[POSTB
         PGresult *res = PQprepare(conn, STMT_NAME, enqueue_one_sql, 0, NULL);
         bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
         if (!ok)
-            set_error(errbuf, errlen, "postbox_enqueue: prepare: %s", PQresultErrorMessage(res));
+            pb_errbuf_set(errbuf, errlen, "postbox_enqueue: prepare: %s",
+                          PQresultErrorMessage(res));
         PQclear(res);
         if (!ok)
             return -1;
@@ -123,7 +109,7 @@ int postbox_enqueue(PGconn *conn, const postbox_event_t *ev, char event_id[POSTB
                              ev->payload,        ev->headers,      ev->destination};
     PGresult *res = PQexecPrepared(conn, STMT_NAME, 6, params, NULL, NULL, 0);
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-        set_error(errbuf, errlen, "postbox_enqueue: %s", PQresultErrorMessage(res));
+        pb_errbuf_set(errbuf, errlen, "postbox_enqueue: %s", PQresultErrorMessage(res));
         PQclear(res);
         return -1;
     }
@@ -171,7 +157,7 @@ int postbox_enqueue_batch(PGconn *conn, const postbox_event_t *evs, size_t n,
     }
     PGresult *res = PQexecParams(conn, enqueue_batch_sql, 6, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(res) != PGRES_TUPLES_OK || (size_t)PQntuples(res) != n) {
-        set_error(errbuf, errlen, "postbox_enqueue_batch: %s", PQresultErrorMessage(res));
+        pb_errbuf_set(errbuf, errlen, "postbox_enqueue_batch: %s", PQresultErrorMessage(res));
     } else {
         for (size_t i = 0; event_ids && i < n; i++)
             snprintf(event_ids[i], POSTBOX_EVENT_ID_SIZE, "%s", PQgetvalue(res, (int)i, 0));

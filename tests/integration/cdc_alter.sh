@@ -3,7 +3,8 @@
 # written before and after `ALTER TABLE postbox.outbox ADD COLUMN note text` (some setting the
 # new column), in a transaction that adds a column between two inserts, and after a column is
 # dropped again. Every event arrives in per-aggregate order, and the relay never restarts or
-# reconnects (one "streaming slot" line, no warning in its log).
+# reconnects (one "streaming slot" line, no warning in its log); the relayed rows are all marked
+# published. Then `postbox cdc drop-slot`: refused while a relay streams, clean afterwards.
 source "$(dirname "$0")/lib.sh"
 
 pb_init
@@ -50,7 +51,7 @@ psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" -f "$PB_TMP/produce.sql" >/de
 notes=$(psql_q "SELECT count(*) FILTER (WHERE payload ? 'note'), count(*) FILTER (WHERE payload ? 'note2') FROM postbox.outbox")
 say "$total events written around three ALTERs; rows that set note / note2: ${notes/|/ \/ }"
 
-wait_until '(($(pending_count) == 0))' 60 || fail "$(pending_count) event(s) still pending 60 s after the last ALTER"
+cdc_wait_caught_up 60
 pid_alive "$RELAY_PID" || fail "the relay exited"
 stop_relay
 ((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"
@@ -65,5 +66,18 @@ drain_queue "$PB_TMP/got" $total 1000 60
 stats=$(check_order "$PB_TMP/got") || fail "per-aggregate order broken: $stats"
 say "$stats"
 check_all_arrived "$PB_TMP/got"
+check_cdc_marked
 dups=$(duplicates_in "$PB_TMP/got")
 ((dups == 0)) || fail "$dups duplicate(s) although the relay never restarted"
+
+# postbox cdc drop-slot: refused while a relay streams the slot; then removes slot and publication
+start_cdc_relay
+out=$("$POSTBOX_BIN" cdc drop-slot 2>&1) && fail "cdc drop-slot succeeded while a relay streams the slot: $out"
+say "cdc drop-slot while streaming: refused ($(tail -n 1 <<<"$out" | cut -c1-120))"
+stop_relay
+wait_until '[[ $(psql_q "SELECT active FROM pg_replication_slots WHERE slot_name = '"'$POSTBOX_CDC_SLOT'"'") == f ]]' 10 ||
+    fail "the slot is still active after the relay stopped"
+out=$("$POSTBOX_BIN" cdc drop-slot 2>&1) || fail "cdc drop-slot failed: $out"
+left=$(psql_q "SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$POSTBOX_CDC_SLOT') + (SELECT count(*) FROM pg_publication WHERE pubname = 'postbox_outbox')")
+((left == 0)) || fail "cdc drop-slot left the slot or the publication: $out"
+say "cdc drop-slot: $(tr '\n' ';' <<<"$out")"

@@ -63,7 +63,7 @@ txns=$(psql_q "SELECT count(*) FROM commits")
 rolled_back=$((PRODUCERS * TXNS - txns))
 say "$PRODUCERS producers committed $txns transactions with $expected events, rolled back $rolled_back (plus a rolled-back savepoint in some)"
 ((expected > 500 && rolled_back > 0)) || fail "the producers did not write what the test needs"
-wait_until '(($(queue_count) >= expected))' 60 || fail "only $(queue_count) of $expected events arrived within 60 s"
+cdc_wait_caught_up 60
 sleep 1 # anything extra (a rolled-back event, a duplicate) would arrive now
 pid_alive "$RELAY_PID" || fail "the relay exited"
 stop_relay
@@ -113,6 +113,5 @@ cut -f1 "$PB_TMP/got" | LC_ALL=C sort -u >"$PB_TMP/got_ids"
 missing=$(LC_ALL=C comm -23 "$PB_TMP/db_ids" "$PB_TMP/got_ids" | wc -l)
 ((missing == 0)) || fail "$missing outbox row(s) never arrived"
 rows=$(psql_q "SELECT count(*) FROM postbox.outbox")
-marked=$(published_count)
-((rows == marked)) || fail "outbox rows: $rows, marked published: $marked"
-say "outbox rows (table events): $rows, all marked published; emitted events: $((expected - rows))"
+say "outbox rows (table events): $rows; emitted events: $((expected - rows))"
+check_cdc_marked

@@ -366,3 +366,21 @@ cdc_create_slot() {
     start_cdc_relay "$@"
     stop_relay
 }
+
+# cdc_wait_caught_up [SECONDS]: waits (default 60 s) until the slot's confirmed position passes
+# the current WAL position, i.e. the broker confirmed every event committed before this call
+# (the relay confirms a transaction only then); fails the test otherwise.
+cdc_wait_caught_up() {
+    local secs=${1:-60} target
+    target=$(psql_q "SELECT pg_current_wal_lsn()")
+    wait_until 'lsn_le "$target" "$(slot_confirmed_lsn)"' "$secs" ||
+        fail "the slot's confirmed position $(slot_confirmed_lsn) did not reach $target within ${secs}s"
+}
+
+# check_cdc_marked: with cdc.mark_published (the default), every outbox row the relay published
+# must be marked published; fails naming the rows left unmarked.
+check_cdc_marked() {
+    local n
+    n=$(pending_count)
+    ((n == 0)) || fail "$n outbox row(s) relayed but left unmarked (published_at NULL): $(psql_q "SELECT string_agg(format('id %s (xmin %s)', id, xmin), ', ' ORDER BY id) FROM (SELECT id, xmin FROM postbox.outbox WHERE published_at IS NULL ORDER BY id LIMIT 10) s")"
+}

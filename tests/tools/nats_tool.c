@@ -9,6 +9,8 @@
  *       max_age_ms=A max_msgs=M max_bytes=B duplicates_ms=D subjects=S1,S2
  *   nats-tool delete-stream URL STREAM
  *       deletes the stream (no error when it does not exist)
+ *   nats-tool delete-consumer URL STREAM DURABLE
+ *       deletes the durable consumer (no error when it does not exist)
  *   nats-tool consumer-info URL STREAM DURABLE
  *       one line: pending=P ack_pending=A redelivered=R waiting=W
  *   nats-tool drain URL STREAM SUBJECT [--expect N] [--idle-ms MS] [--timeout-s S]
@@ -160,6 +162,20 @@ static int cmd_delete_stream(int argc, char **argv)
     natsStatus s = js_DeleteStream(js, argv[1], NULL, &jerr);
     if (s != NATS_OK && s != NATS_NOT_FOUND && jerr != JSStreamNotFoundErr)
         check(s, "delete stream");
+    close_all();
+    return 0;
+}
+
+static int cmd_delete_consumer(int argc, char **argv)
+{
+    if (argc != 3)
+        die("usage: delete-consumer URL STREAM DURABLE");
+    open_url(argv[0], NULL);
+    jsErrCode jerr = 0;
+    natsStatus s = js_DeleteConsumer(js, argv[1], argv[2], NULL, &jerr);
+    if (s != NATS_OK && s != NATS_NOT_FOUND && jerr != JSConsumerNotFoundErr &&
+        jerr != JSStreamNotFoundErr)
+        check(s, "delete consumer");
     close_all();
     return 0;
 }
@@ -375,7 +391,7 @@ static int cmd_publish_raw(int argc, char **argv)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: %s count|stream-info|delete-stream|consumer-info|drain|publish|"
+    fprintf(stderr, "usage: %s count|stream-info|delete-stream|delete-consumer|consumer-info|drain|publish|"
                     "publish-raw ARGS... (see tests/tools/nats_tool.c)\n", progname);
     exit(2);
 }
@@ -393,6 +409,8 @@ int main(int argc, char **argv)
         return cmd_stream_info(argc, argv);
     if (!strcmp(cmd, "delete-stream"))
         return cmd_delete_stream(argc, argv);
+    if (!strcmp(cmd, "delete-consumer"))
+        return cmd_delete_consumer(argc, argv);
     if (!strcmp(cmd, "consumer-info"))
         return cmd_consumer_info(argc, argv);
     if (!strcmp(cmd, "drain"))

@@ -1,0 +1,83 @@
+#include "common/amqp_conn.h"
+
+#include <string.h>
+#include <sys/time.h>
+
+#include <amqp_framing.h>
+
+#include "common/clock.h"
+#include "sink/amqp_url.h"
+
+void pb_amqp_link_drop(pb_amqp_link_t *lk)
+{
+    if (lk->conn)
+        amqp_destroy_connection(lk->conn);
+    lk->conn = NULL;
+    lk->channel_open = false;
+}
+
+void pb_amqp_link_close(pb_amqp_link_t *lk)
+{
+    if (!lk->conn)
+        return;
+    if (lk->channel_open)
+        (void)amqp_channel_close(lk->conn, PB_AMQP_LINK_CHANNEL, AMQP_REPLY_SUCCESS);
+    (void)amqp_connection_close(lk->conn, AMQP_REPLY_SUCCESS);
+    pb_amqp_link_drop(lk);
+}
+
+pb_status_t pb_amqp_link_channel_open(pb_amqp_link_t *lk, pb_error_t *err)
+{
+    if (!amqp_channel_open(lk->conn, PB_AMQP_LINK_CHANNEL)) {
+        char buf[320];
+        pb_amqp_link_rpc_failed(lk, "open channel", buf, sizeof buf);
+        return pb_fail(err, PB_TRANSIENT, "%s", buf);
+    }
+    lk->channel_open = true;
+    return PB_OK;
+}
+
+int pb_amqp_link_channel_close_ok(pb_amqp_link_t *lk)
+{
+    amqp_channel_close_ok_t ok = {0};
+    lk->channel_open = false;
+    return amqp_send_method(lk->conn, PB_AMQP_LINK_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+}
+
+void pb_amqp_link_connection_close_ok(pb_amqp_link_t *lk)
+{
+    amqp_connection_close_ok_t ok = {0};
+    (void)amqp_send_method(lk->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+}
+
+unsigned pb_amqp_link_rpc_failed(pb_amqp_link_t *lk, const char *what, char *buf, size_t n)
+{
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(lk->conn);
+    pb_amqp_reply_error(r, what, buf, n);
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.decoded) {
+        if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+            unsigned code = ((const amqp_channel_close_t *)r.reply.decoded)->reply_code;
+            if (pb_amqp_link_channel_close_ok(lk) == AMQP_STATUS_OK)
+                return code;
+        } else if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+            pb_amqp_link_connection_close_ok(lk);
+        }
+    }
+    pb_amqp_link_drop(lk);
+    return 0;
+}
+
+int pb_amqp_link_wait_frame(pb_amqp_link_t *lk, amqp_frame_t *f, int64_t deadline_ms)
+{
+    struct timeval tv = pb_ms_timeval(deadline_ms - pb_monotonic_ms());
+    return amqp_simple_wait_frame_noblock(lk->conn, f, &tv);
+}
+
+const char *pb_amqp_bytes_text(amqp_bytes_t b, char *buf, size_t n)
+{
+    size_t len = b.len < n - 1 ? b.len : n - 1;
+    if (len)
+        memcpy(buf, b.bytes, len);
+    buf[len] = '\0';
+    return buf;
+}
