@@ -231,6 +231,7 @@ pb_status_t pb_cdc_stream_read(pb_cdc_stream_t *s, int64_t timeout_ms, const cha
         s->buf = NULL;
     }
     int64_t until = pb_monotonic_ms() + timeout_ms;
+    bool polled = false; /* read the socket at least once, even with timeout 0 */
     for (;;) {
         if (pb_monotonic_ms() - s->last_report_ms >= s->cfg->cdc_status_interval) {
             pb_status_t st = send_status(s, false, err);
@@ -262,8 +263,15 @@ pb_status_t pb_cdc_stream_read(pb_cdc_stream_t *s, int64_t timeout_ms, const cha
         if (n == -2)
             return pb_fail(err, PB_TRANSIENT, "replication stream: %s", PQerrorMessage(s->conn));
         int64_t left = until - pb_monotonic_ms();
-        if (left <= 0)
-            return PB_OK;
+        if (left <= 0) {
+            if (polled)
+                return PB_OK;
+            /* what the kernel has already received is ours without waiting */
+            polled = true;
+            if (!PQconsumeInput(s->conn))
+                return pb_fail(err, PB_TRANSIENT, "replication stream: %s", PQerrorMessage(s->conn));
+            continue;
+        }
         int fd = PQsocket(s->conn);
         fd_set rd;
         FD_ZERO(&rd);

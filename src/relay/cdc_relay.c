@@ -27,6 +27,17 @@
 #define FAC "relay.cdc"
 #define IDLE_TICK_MS 1000
 #define DRAIN_PREFIX "postbox-drain"
+#define COMMIT_WAIT_MS 20
+
+/* A relayed outbox row to be marked published. A row can come through the stream a moment
+ * before its transaction is visible to other sessions (the commit record is flushed first), so
+ * a mark that finds nothing is tried again with the next batches. */
+typedef struct mark {
+    int64_t id;
+    int tries;
+} mark_t;
+
+#define MARK_TRIES 200
 
 typedef struct cdc_relay {
     const pb_config_t *cfg;
@@ -52,9 +63,17 @@ typedef struct cdc_relay {
     uint64_t last_commit_end; /* end LSN of the last Commit read */
     bool drain_marker_sent, drain_marker_seen;
     pb_buf_t ids;
+    /* marking relayed rows published runs asynchronously on conn while the next batch is
+     * published; the batch's LSN is confirmed once its marks are written */
+    bool mark_in_flight;
+    uint64_t mark_lsn;
+    mark_t *marks; /* ids sent with the mark in flight; then the ones still to mark */
+    size_t n_marks, cap_marks;
     pb_relay_totals_t totals;
     int64_t lag_at;
 } cdc_relay_t;
+
+static pb_status_t finish_mark(cdc_relay_t *r, pb_error_t *err);
 
 static void clear_batch(cdc_relay_t *r)
 {
@@ -79,6 +98,7 @@ static void drop_conn(cdc_relay_t *r)
 {
     PQfinish(r->conn);
     r->conn = NULL;
+    r->mark_in_flight = false; /* unconfirmed: the stream replays it, and marks it again */
 }
 
 static pb_status_t exec(cdc_relay_t *r, const char *sql, pb_error_t *err)
@@ -201,14 +221,23 @@ static pb_status_t fill(cdc_relay_t *r, int64_t wait_ms, pb_error_t *err)
 {
     size_t limit = (size_t)r->cfg->relay_batch_size;
     int64_t timeout = wait_ms;
+    bool waited_for_commit = false;
     while (r->n < limit && !*r->stop) {
         const char *data;
         size_t len;
         pb_status_t st = pb_cdc_stream_read(&r->stream, timeout, &data, &len, err);
         if (st != PB_OK)
             return st;
-        if (len == 0)
+        if (len == 0) {
+            /* half a transaction in hand: its rest is on the way, and cutting the batch here
+             * would cost a broker round trip for a handful of events */
+            if (r->in_txn && !waited_for_commit && r->n > 0) {
+                waited_for_commit = true;
+                timeout = COMMIT_WAIT_MS;
+                continue;
+            }
             return PB_OK;
+        }
         pb_pgo_msg_t m;
         if ((st = pb_pgo_decode(&r->dec, data, len, &m, err)) != PB_OK ||
             (st = on_message(r, &m, err)) != PB_OK)
@@ -231,6 +260,9 @@ static void reject_aggregate_rest(cdc_relay_t *r, size_t from)
 
 static pb_status_t dead_letter(cdc_relay_t *r, size_t i, const char *reason, pb_error_t *err)
 {
+    pb_status_t fst = finish_mark(r, err); /* the connection serves one statement at a time */
+    if (fst != PB_OK)
+        return fst;
     log_warn(FAC, "event %s (%s) dead-lettered: %s", r->events[i].event_id, r->events[i].event_type,
              reason);
     pb_status_t st = pb_dead_letter_event(r->conn, &r->events[i], r->attempts[i], reason, err);
@@ -323,35 +355,94 @@ static pb_status_t publish_batch(cdc_relay_t *r, pb_error_t *err)
     }
 }
 
-/* Marks the table events of the finished batch published (one statement). */
-static pb_status_t mark_published(cdc_relay_t *r, pb_error_t *err)
+static void add_mark(cdc_relay_t *r, int64_t id, int tries)
 {
-    if (!r->cfg->cdc_mark_published)
+    if (r->n_marks == r->cap_marks) {
+        r->cap_marks = r->cap_marks ? r->cap_marks * 2 : 1024;
+        r->marks = pb_realloc(r->marks, r->cap_marks * sizeof *r->marks);
+    }
+    r->marks[r->n_marks++] = (mark_t){id, tries};
+}
+
+static int compare_ids(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Collects the result of the mark in flight, keeps the rows it did not find for another try,
+ * and confirms the LSN of the batch it belonged to. */
+static pb_status_t finish_mark(cdc_relay_t *r, pb_error_t *err)
+{
+    if (!r->mark_in_flight)
         return PB_OK;
+    r->mark_in_flight = false;
+    PGresult *res = PQgetResult(r->conn);
+    pb_status_t st = pb_pg_check(r->conn, res, PGRES_TUPLES_OK, "mark published", err);
+    for (PGresult *extra; (extra = PQgetResult(r->conn)) != NULL;)
+        PQclear(extra);
+    if (st != PB_OK)
+        return st;
+    size_t n_found = (size_t)PQntuples(res);
+    int64_t *found = pb_malloc((n_found ? n_found : 1) * sizeof *found);
+    for (size_t i = 0; i < n_found; i++)
+        found[i] = strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
+    PQclear(res);
+    qsort(found, n_found, sizeof *found, compare_ids);
+    size_t kept = 0;
+    for (size_t i = 0; i < r->n_marks; i++) {
+        mark_t m = r->marks[i];
+        if (bsearch(&m.id, found, n_found, sizeof *found, compare_ids))
+            continue;
+        if (++m.tries >= MARK_TRIES) {
+            log_warn(FAC, "outbox row %lld was relayed but could not be marked published (not "
+                          "visible after %d tries); it stays pending",
+                     (long long)m.id, m.tries);
+            continue;
+        }
+        r->marks[kept++] = m;
+    }
+    r->n_marks = kept;
+    free(found);
+    return r->streaming ? pb_cdc_stream_confirm(&r->stream, r->mark_lsn, err) : PB_OK;
+}
+
+/* Sends the mark of the batch just published (plus rows still unmarked), or, with nothing to
+ * mark, confirms lsn at once. */
+static pb_status_t send_mark(cdc_relay_t *r, uint64_t lsn, pb_error_t *err)
+{
+    if (r->cfg->cdc_mark_published && !r->cfg->cdc_delete_after_insert)
+        for (size_t i = 0; i < r->n; i++)
+            if (r->events[i].id > 0)
+                add_mark(r, r->events[i].id, 0);
+    if (r->n_marks == 0)
+        return pb_cdc_stream_confirm(&r->stream, lsn, err);
     pb_buf_reset(&r->ids);
     pb_buf_putc(&r->ids, '{');
-    size_t k = 0;
-    for (size_t i = 0; i < r->n; i++)
-        if (r->events[i].id > 0)
-            pb_buf_printf(&r->ids, "%s%lld", k++ ? "," : "", (long long)r->events[i].id);
+    for (size_t i = 0; i < r->n_marks; i++)
+        pb_buf_printf(&r->ids, "%s%lld", i ? "," : "", (long long)r->marks[i].id);
     pb_buf_putc(&r->ids, '}');
-    if (k == 0)
-        return PB_OK;
     const char *params[1] = {r->ids.data};
-    PGresult *res = PQexecParams(r->conn,
-                                 "UPDATE postbox.outbox SET published_at = now() "
-                                 "WHERE id = ANY($1::bigint[]) AND published_at IS NULL",
-                                 1, NULL, params, NULL, NULL, 0);
-    pb_status_t st = pb_pg_check(r->conn, res, PGRES_COMMAND_OK, "mark published", err);
-    if (st == PB_OK)
-        PQclear(res);
-    return st;
+    /* returns the rows marked now and those marked before (replayed after a restart); only
+     * rows this session cannot see yet are missing */
+    if (PQsendQueryParams(r->conn,
+                          "WITH marked AS (UPDATE postbox.outbox SET published_at = now() "
+                          "                WHERE id = ANY($1::bigint[]) AND published_at IS NULL "
+                          "                RETURNING id) "
+                          "SELECT id FROM marked UNION ALL "
+                          "SELECT id FROM postbox.outbox "
+                          "WHERE id = ANY($1::bigint[]) AND published_at IS NOT NULL",
+                          1, NULL, params, NULL, NULL, 0) != 1)
+        return pb_fail(err, PB_TRANSIENT, "mark published: %s", PQerrorMessage(r->conn));
+    r->mark_in_flight = true;
+    r->mark_lsn = lsn;
+    return PB_OK;
 }
 
 static void measure_lag(cdc_relay_t *r)
 {
     int64_t now = pb_monotonic_ms();
-    if (now - r->lag_at < r->cfg->cdc_lag_interval)
+    if (now - r->lag_at < r->cfg->cdc_lag_interval || r->mark_in_flight)
         return;
     r->lag_at = now;
     const char *params[1] = {r->cfg->cdc_slot};
@@ -375,6 +466,13 @@ static pb_status_t step(cdc_relay_t *r, bool *idle, pb_error_t *err)
         return st;
     *idle = r->n == 0;
     if (r->n == 0) {
+        if ((st = finish_mark(r, err)) != PB_OK)
+            return st;
+        if (r->n_marks) { /* rows that were not visible yet: another try */
+            if ((st = send_mark(r, r->stream.confirmed_lsn, err)) != PB_OK ||
+                (st = finish_mark(r, err)) != PB_OK)
+                return st;
+        }
         /* nothing pending and between transactions: let the server forget what it has sent,
          * or a quiet outbox on a busy database would hold WAL forever */
         uint64_t safe = r->in_txn ? r->last_commit_end : r->stream.keepalive_end;
@@ -384,7 +482,11 @@ static pb_status_t step(cdc_relay_t *r, bool *idle, pb_error_t *err)
     }
     /* what the batch covers up to its last complete transaction */
     uint64_t confirmable = r->last_commit_end;
-    if ((st = publish_batch(r, err)) != PB_OK || (st = mark_published(r, err)) != PB_OK)
+    if ((st = publish_batch(r, err)) != PB_OK)
+        return st;
+    /* the previous batch's marks ran meanwhile: collect them (confirming its LSN), then start
+     * this batch's */
+    if ((st = finish_mark(r, err)) != PB_OK || (st = send_mark(r, confirmable, err)) != PB_OK)
         return st;
     int64_t now_us = pb_wall_us();
     pb_metrics_batch(r->n);
@@ -402,6 +504,8 @@ static pb_status_t step(cdc_relay_t *r, bool *idle, pb_error_t *err)
  * before it has been relayed. */
 static bool drained(cdc_relay_t *r)
 {
+    if (r->mark_in_flight || r->n_marks)
+        return false;
     if (r->drain_marker_seen && !r->in_txn && r->n == 0)
         return true;
     if (!r->drain_marker_sent) {
@@ -455,6 +559,9 @@ pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts
         if (st == PB_TRANSIENT) {
             log_warn(FAC, "%s; reconnecting", err->msg);
             close_stream(&r);
+            pb_error_t ignored; /* the stream replays whatever this mark was for */
+            if (r.conn && r.mark_in_flight && finish_mark(&r, &ignored) != PB_OK)
+                drop_conn(&r);
             if (PQstatus(r.conn) != CONNECTION_OK)
                 drop_conn(&r);
             continue;
@@ -468,6 +575,8 @@ pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts
     }
     if (st != PB_FATAL)
         st = PB_OK;
+    if (r.conn && r.streaming && finish_mark(&r, err) != PB_OK)
+        log_warn(FAC, "could not mark the last batch published: %s", err->msg);
     pb_relay_totals_log(&r.totals, FAC, true);
     close_stream(&r);
     drop_conn(&r);
@@ -478,6 +587,7 @@ pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts
     free(r.events);
     free(r.results);
     free(r.attempts);
+    free(r.marks);
     pb_buf_free(&r.ids);
     return st;
 }
