@@ -25,7 +25,7 @@ int64_t pb_backoff_ms(int attempt, int64_t base_ms, int64_t cap_ms, double rnd)
 double pb_random_unit(void)
 {
     /* xorshift64*: enough for jitter, no locking, no global libc state */
-    static uint64_t state;
+    static _Thread_local uint64_t state; /* per thread: the janitor and nats threads use it too */
     if (state == 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

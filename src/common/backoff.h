@@ -9,7 +9,7 @@
  * not retry in lockstep. rnd is a uniform value in [0, 1). */
 int64_t pb_backoff_ms(int attempt, int64_t base_ms, int64_t cap_ms, double rnd);
 
-/* A random value in [0, 1) from a per-process generator seeded from the clock and pid. */
+/* A random value in [0, 1) from a per-thread generator seeded from the clock and pid. */
 double pb_random_unit(void);
 
 #endif

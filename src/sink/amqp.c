@@ -59,22 +59,6 @@ typedef struct batch {
 
 static const pb_sink_ops_t amqp_ops;
 
-static void set_result(pb_result_t *r, pb_outcome_t outcome, const char *reason)
-{
-    r->outcome = outcome;
-    snprintf(r->error, sizeof r->error, "%s", reason ? reason : "");
-}
-
-static void set_resultf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...) PB_PRINTF(3, 4);
-static void set_resultf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    r->outcome = outcome;
-    vsnprintf(r->error, sizeof r->error, fmt, ap);
-    va_end(ap);
-}
-
 static pb_status_t setup_exchange(amqp_sink_t *s, pb_error_t *err)
 {
     const pb_config_t *cfg = s->base.cfg;
@@ -159,9 +143,9 @@ static void resolve(amqp_sink_t *s, batch_t *b, size_t k, bool ack)
     if (r->outcome != PB_OUT_UNTRIED)
         return; /* already failed by a basic.return: its ack must not make it PUBLISHED */
     if (ack)
-        set_result(r, PB_OUT_PUBLISHED, NULL);
+        pb_result_set(r, PB_OUT_PUBLISHED, NULL);
     else
-        set_result(r, PB_OUT_RETRY, "broker nacked the message");
+        pb_result_set(r, PB_OUT_RETRY, "broker nacked the message");
 }
 
 static void on_confirm(amqp_sink_t *s, batch_t *b, uint64_t tag, bool multiple, bool ack)
@@ -205,7 +189,7 @@ static void fail_pending(amqp_sink_t *s, batch_t *b, const char *reason)
         s->slot_done[k] = 1;
         pb_result_t *r = &b->results[s->slot_event[k]];
         if (r->outcome == PB_OUT_UNTRIED)
-            set_result(r, PB_OUT_RETRY, reason);
+            pb_result_set(r, PB_OUT_RETRY, reason);
     }
     b->pending = 0;
     b->low = b->nslots;
@@ -267,7 +251,7 @@ static pb_status_t on_return(amqp_sink_t *s, batch_t *b, const amqp_basic_return
             if (s->slot_done[k] || r->outcome != PB_OUT_UNTRIED || !ev->event_id ||
                 strcmp(ev->event_id, msgid) != 0)
                 continue;
-            set_result(r, PB_OUT_RETRY, reason);
+            pb_result_set(r, PB_OUT_RETRY, reason);
             log_warn(FAC, "event %s returned by rabbitmq: %s", msgid, reason);
             return PB_OK;
         }
@@ -280,7 +264,7 @@ static pb_status_t on_return(amqp_sink_t *s, batch_t *b, const amqp_basic_return
         for (size_t k = b->low; k < b->nslots; k++) {
             pb_result_t *r = &b->results[s->slot_event[k]];
             if (!s->slot_done[k] && r->outcome == PB_OUT_UNTRIED)
-                set_result(r, PB_OUT_RETRY, reason);
+                pb_result_set(r, PB_OUT_RETRY, reason);
         }
     }
     return PB_OK;
@@ -327,7 +311,7 @@ static pb_status_t on_channel_close(amqp_sink_t *s, batch_t *b, const amqp_chann
         if (k != SIZE_MAX) {
             n--;
             const pb_event_t *ev = &b->events[s->slot_event[k]];
-            set_resultf(&b->results[s->slot_event[k]], PB_OUT_REJECT,
+            pb_result_setf(&b->results[s->slot_event[k]], PB_OUT_REJECT,
                         "rabbitmq refused the message: %u %s", code, text);
             log_warn(FAC, "event %s (%zu bytes) refused by rabbitmq: %u %s",
                      ev->event_id ? ev->event_id : "?", ev->payload_len, code, text);
@@ -454,7 +438,7 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
     size_t typelen = ev->event_type ? strlen(ev->event_type) : 0;
     size_t applen = strlen(cfg->amqp_app_id);
     if (idlen > SHORTSTR_MAX || typelen > SHORTSTR_MAX) {
-        set_result(res, PB_OUT_REJECT, idlen > SHORTSTR_MAX ? "event_id longer than 255 bytes"
+        pb_result_set(res, PB_OUT_REJECT, idlen > SHORTSTR_MAX ? "event_id longer than 255 bytes"
                                                            : "event_type longer than 255 bytes");
         return false;
     }
@@ -488,7 +472,7 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
         json_error_t jerr;
         root = json_loads(ev->headers, JSON_DECODE_ANY, &jerr);
         if (!root) {
-            set_resultf(res, PB_OUT_REJECT, "headers are not valid JSON: %s", jerr.text);
+            pb_result_setf(res, PB_OUT_REJECT, "headers are not valid JSON: %s", jerr.text);
             return false;
         }
         if (json_is_null(root)) {
@@ -496,7 +480,7 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
             root = NULL;
         } else if (!json_is_object(root)) {
             json_decref(root);
-            set_result(res, PB_OUT_REJECT, "headers must be a JSON object");
+            pb_result_set(res, PB_OUT_REJECT, "headers must be a JSON object");
             return false;
         } else {
             nuser = json_object_size(root);
@@ -506,7 +490,7 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
     amqp_table_entry_t *e = amqp_pool_alloc(&s->pool, sizeof *e * (nuser + 2));
     if (!e) {
         json_decref(root);
-        set_result(res, PB_OUT_RETRY, "out of memory building message headers");
+        pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
         return false;
     }
     size_t k = 0;
@@ -518,7 +502,7 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
             if (strcmp(key, "aggregate_type") == 0 || strcmp(key, "aggregate_id") == 0)
                 continue; /* ours, from the row, win */
             if (klen > SHORTSTR_MAX) {
-                set_resultf(res, PB_OUT_REJECT, "header name \"%.40s...\" longer than 255 bytes",
+                pb_result_setf(res, PB_OUT_REJECT, "header name \"%.40s...\" longer than 255 bytes",
                             key);
                 goto reject;
             }
@@ -544,7 +528,7 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
             default: { /* objects, arrays, reals, null: their compact JSON text */
                 char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
                 if (!txt) {
-                    set_result(res, PB_OUT_RETRY, "out of memory building message headers");
+                    pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
                     goto reject;
                 }
                 size_t tl = strlen(txt);
@@ -553,7 +537,7 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
                     memcpy(copy, txt, tl + 1);
                 free(txt);
                 if (!copy) {
-                    set_result(res, PB_OUT_RETRY, "out of memory building message headers");
+                    pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
                     goto reject;
                 }
                 e[k].value.kind = AMQP_FIELD_KIND_UTF8;
@@ -579,7 +563,7 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
     }
     if (est > frame_max) {
         /* rabbitmq-c would fail half-way through the frames and break the connection */
-        set_resultf(res, PB_OUT_REJECT,
+        pb_result_setf(res, PB_OUT_REJECT,
                     "message properties of about %zu bytes exceed the AMQP frame size of %zu bytes "
                     "(headers too large)", est, frame_max);
         goto reject;
@@ -607,12 +591,12 @@ static void ensure_slots(amqp_sink_t *s, size_t n)
 static bool check_event(const pb_config_t *cfg, const pb_event_t *ev, char *rkey, pb_result_t *res)
 {
     if ((int64_t)ev->payload_len > cfg->amqp_max_message_size) {
-        set_resultf(res, PB_OUT_REJECT, "payload of %zu bytes exceeds amqp.max_message_size %lld",
+        pb_result_setf(res, PB_OUT_REJECT, "payload of %zu bytes exceeds amqp.max_message_size %lld",
                     ev->payload_len, (long long)cfg->amqp_max_message_size);
         return false;
     }
     if (!pb_route_render(cfg->amqp_routing_key, ev, rkey, SHORTSTR_MAX + 1)) {
-        set_result(res, PB_OUT_REJECT, "routing key longer than 255 bytes");
+        pb_result_set(res, PB_OUT_REJECT, "routing key longer than 255 bytes");
         return false;
     }
     return true;
@@ -632,7 +616,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
     if (!s->link.conn || !s->link.channel_open) {
         for (size_t i = 0; i < n; i++) {
             if (results[i].outcome == PB_OUT_UNTRIED)
-                set_result(&results[i], PB_OUT_RETRY, "not connected to rabbitmq");
+                pb_result_set(&results[i], PB_OUT_RETRY, "not connected to rabbitmq");
         }
         return pb_fail(err, PB_TRANSIENT, "not connected to rabbitmq at %s", s->where);
     }
@@ -651,7 +635,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
         const pb_event_t *ev = &events[i];
         pb_result_t *res = &results[i];
         if (pub_rc != AMQP_STATUS_OK) {
-            set_resultf(res, PB_OUT_RETRY, "not published: connection lost: %s",
+            pb_result_setf(res, PB_OUT_RETRY, "not published: connection lost: %s",
                         amqp_error_string2(pub_rc));
             continue;
         }
@@ -672,7 +656,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
         if (rc != AMQP_STATUS_OK) {
             /* frames of this message may be half written: the connection is unusable */
             pub_rc = rc;
-            set_resultf(res, PB_OUT_RETRY, "connection lost while publishing: %s",
+            pb_result_setf(res, PB_OUT_RETRY, "connection lost while publishing: %s",
                         amqp_error_string2(rc));
             continue;
         }

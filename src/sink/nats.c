@@ -70,22 +70,6 @@ typedef struct nats_sink {
 
 static const pb_sink_ops_t nats_ops;
 
-static void set_result(pb_result_t *r, pb_outcome_t outcome, const char *reason)
-{
-    r->outcome = outcome;
-    snprintf(r->error, sizeof r->error, "%s", reason ? reason : "");
-}
-
-static void set_resultf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...) PB_PRINTF(3, 4);
-static void set_resultf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    r->outcome = outcome;
-    vsnprintf(r->error, sizeof r->error, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- event id -> index hash (built by the loop, read by ack_handler under mu) -------------- */
 
 static uint64_t hash_str(const char *s)
@@ -167,13 +151,13 @@ static void ack_handler(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae,
     if (i >= 0 && s->results[i].outcome == PB_OUT_UNTRIED) {
         pb_result_t *r = &s->results[i];
         if (pa) {
-            set_result(r, PB_OUT_PUBLISHED, NULL);
+            pb_result_set(r, PB_OUT_PUBLISHED, NULL);
             if (pa->Duplicate)
                 s->dups++;
         } else {
             char reason[sizeof r->error];
             describe_failure(s, msg, pae, reason, sizeof reason);
-            set_result(r, PB_OUT_RETRY, reason);
+            pb_result_set(r, PB_OUT_RETRY, reason);
             if (!s->failed++)
                 snprintf(s->first_error, sizeof s->first_error, "%s", reason);
             if (pae->Err != NATS_TIMEOUT && pae->Err != NATS_NO_RESPONDERS &&
@@ -314,7 +298,7 @@ static bool add_user_headers(nats_sink_t *s, natsMsg *m, const pb_event_t *ev, p
     json_error_t jerr;
     json_t *root = json_loads(ev->headers, JSON_DECODE_ANY, &jerr);
     if (!root) {
-        set_resultf(res, PB_OUT_REJECT, "headers are not valid JSON: %s", jerr.text);
+        pb_result_setf(res, PB_OUT_REJECT, "headers are not valid JSON: %s", jerr.text);
         return false;
     }
     if (json_is_null(root)) {
@@ -323,7 +307,7 @@ static bool add_user_headers(nats_sink_t *s, natsMsg *m, const pb_event_t *ev, p
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        set_result(res, PB_OUT_REJECT, "headers must be a JSON object");
+        pb_result_set(res, PB_OUT_REJECT, "headers must be a JSON object");
         return false;
     }
     const char *key;
@@ -333,7 +317,7 @@ static bool add_user_headers(nats_sink_t *s, natsMsg *m, const pb_event_t *ev, p
         if (own_key(key))
             continue; /* ours, from the row, win; Nats-* would change JetStream's handling */
         if (!header_key_valid(key)) {
-            set_resultf(res, PB_OUT_REJECT, "header name \"%.60s\" is not a valid NATS header "
+            pb_result_setf(res, PB_OUT_REJECT, "header name \"%.60s\" is not a valid NATS header "
                                             "name (printable ASCII without ':' or blanks)", key);
             ok = false;
             break;
@@ -346,7 +330,7 @@ static bool add_user_headers(nats_sink_t *s, natsMsg *m, const pb_event_t *ev, p
         } else {
             char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
             if (!txt) {
-                set_result(res, PB_OUT_RETRY, "out of memory building message headers");
+                pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
                 ok = false;
                 break;
             }
@@ -356,7 +340,7 @@ static bool add_user_headers(nats_sink_t *s, natsMsg *m, const pb_event_t *ev, p
         }
         natsStatus ns = natsMsgHeader_Set(m, key, val);
         if (ns != NATS_OK) {
-            set_resultf(res, PB_OUT_REJECT, "header \"%.60s\": %s", key, natsStatus_GetText(ns));
+            pb_result_setf(res, PB_OUT_REJECT, "header \"%.60s\": %s", key, natsStatus_GetText(ns));
             ok = false;
             break;
         }
@@ -371,23 +355,23 @@ static bool check_event(const nats_sink_t *s, const pb_event_t *ev, char *subj, 
     const pb_config_t *cfg = s->base.cfg;
     int64_t limit = cfg->nats_max_message_size > 0 ? cfg->nats_max_message_size : s->max_payload;
     if ((int64_t)ev->payload_len > limit) {
-        set_resultf(res, PB_OUT_REJECT, "payload of %zu bytes exceeds %s %lld", ev->payload_len,
+        pb_result_setf(res, PB_OUT_REJECT, "payload of %zu bytes exceeds %s %lld", ev->payload_len,
                     cfg->nats_max_message_size > 0 ? "nats.max_message_size"
                                                    : "the server's max_payload",
                     (long long)limit);
         return false;
     }
     if (!render_subject(cfg, ev, subj, SUBJECT_MAX)) {
-        set_resultf(res, PB_OUT_REJECT, "subject longer than %d bytes", SUBJECT_MAX - 1);
+        pb_result_setf(res, PB_OUT_REJECT, "subject longer than %d bytes", SUBJECT_MAX - 1);
         return false;
     }
     if (!pb_nats_subject_valid(subj)) {
-        set_resultf(res, PB_OUT_REJECT, "invalid NATS subject \"%.150s\" (empty token, blank or "
+        pb_result_setf(res, PB_OUT_REJECT, "invalid NATS subject \"%.150s\" (empty token, blank or "
                                         "wildcard)", subj);
         return false;
     }
     if (!ev->event_id || !*ev->event_id) {
-        set_result(res, PB_OUT_REJECT, "event without event_id");
+        pb_result_set(res, PB_OUT_REJECT, "event without event_id");
         return false;
     }
     return true;
@@ -405,7 +389,7 @@ static natsMsg *build_msg(nats_sink_t *s, const pb_event_t *ev, const char *subj
     natsMsg *m = NULL;
     natsStatus ns = natsMsg_Create(&m, subj, NULL, ev->payload, (int)ev->payload_len);
     if (ns != NATS_OK) {
-        set_resultf(res, ns == NATS_NO_MEMORY ? PB_OUT_RETRY : PB_OUT_REJECT,
+        pb_result_setf(res, ns == NATS_NO_MEMORY ? PB_OUT_RETRY : PB_OUT_REJECT,
                     "cannot build the message: %s", natsStatus_GetText(ns));
         return NULL;
     }
@@ -415,12 +399,12 @@ static natsMsg *build_msg(nats_sink_t *s, const pb_event_t *ev, const char *subj
         if (!vals[k] || !*vals[k])
             continue;
         if (strpbrk(vals[k], "\r\n")) {
-            set_resultf(res, PB_OUT_REJECT, "%s contains a line break", keys[k]);
+            pb_result_setf(res, PB_OUT_REJECT, "%s contains a line break", keys[k]);
             natsMsg_Destroy(m);
             return NULL;
         }
         if ((ns = natsMsgHeader_Set(m, keys[k], vals[k])) != NATS_OK) {
-            set_resultf(res, PB_OUT_REJECT, "header %s: %s", keys[k], natsStatus_GetText(ns));
+            pb_result_setf(res, PB_OUT_REJECT, "header %s: %s", keys[k], natsStatus_GetText(ns));
             natsMsg_Destroy(m);
             return NULL;
         }
@@ -478,7 +462,7 @@ static size_t close_batch(nats_sink_t *s, size_t n, const unsigned char *sent)
     size_t unacked = 0;
     for (size_t i = 0; i < n; i++) {
         if (sent[i] && s->results[i].outcome == PB_OUT_UNTRIED) {
-            set_resultf(&s->results[i], PB_OUT_RETRY, "no acknowledgement from jetstream within "
+            pb_result_setf(&s->results[i], PB_OUT_RETRY, "no acknowledgement from jetstream within "
                                                       "%lld ms",
                         (long long)s->base.cfg->nats_ack_timeout);
             unacked++;
@@ -499,7 +483,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
     if (cs != NATS_CONN_STATUS_CONNECTED) {
         for (size_t i = 0; i < n; i++)
             if (results[i].outcome == PB_OUT_UNTRIED)
-                set_resultf(&results[i], PB_OUT_RETRY, "nats connection %s",
+                pb_result_setf(&results[i], PB_OUT_RETRY, "nats connection %s",
                             pb_nats_conn_status_name(cs));
         return pb_fail(err, PB_TRANSIENT, "nats at %s: connection %s", s->where,
                        pb_nats_conn_status_name(cs));
@@ -533,7 +517,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
         if (res->outcome != PB_OUT_UNTRIED)
             continue; /* held back by the relay */
         if (stop_reason[0]) {
-            set_resultf(res, PB_OUT_RETRY, "not published: %s", stop_reason);
+            pb_result_setf(res, PB_OUT_RETRY, "not published: %s", stop_reason);
             continue;
         }
         const pb_event_t *ev = &events[i];
@@ -561,9 +545,9 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
         sent[i] = 0;
         s->pending--;
         if (ns == NATS_MAX_PAYLOAD)
-            set_resultf(res, PB_OUT_REJECT, "message too large for the server: %s", buf);
+            pb_result_setf(res, PB_OUT_REJECT, "message too large for the server: %s", buf);
         else
-            set_resultf(res, PB_OUT_RETRY, "publish failed: %s", buf);
+            pb_result_setf(res, PB_OUT_RETRY, "publish failed: %s", buf);
         pthread_mutex_unlock(&s->mu);
         if (ns == NATS_MAX_PAYLOAD) {
             rejected++;

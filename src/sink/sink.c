@@ -1,5 +1,7 @@
 #include "sink/sink.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 pb_status_t pb_sink_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err)
@@ -12,4 +14,19 @@ pb_status_t pb_sink_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err
     if (strcmp(cfg->relay_sink, "stdout") == 0)
         return pb_sink_stdout_new(cfg, out, err);
     return pb_fail(err, PB_FATAL, "relay.sink: unknown sink \"%s\"", cfg->relay_sink);
+}
+
+void pb_result_set(pb_result_t *r, pb_outcome_t outcome, const char *reason)
+{
+    r->outcome = outcome;
+    snprintf(r->error, sizeof r->error, "%s", reason ? reason : "");
+}
+
+void pb_result_setf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    r->outcome = outcome;
+    vsnprintf(r->error, sizeof r->error, fmt, ap);
+    va_end(ap);
 }

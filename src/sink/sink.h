@@ -50,6 +50,10 @@ struct pb_sink {
     const pb_config_t *cfg; /* borrowed; outlives the sink */
 };
 
+/* Sets a result's outcome and reason (NULL: none); the reason is cut to fit. */
+void pb_result_set(pb_result_t *r, pb_outcome_t outcome, const char *reason);
+void pb_result_setf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...) PB_PRINTF(3, 4);
+
 /* Creates the sink named by cfg->relay_sink, unconnected. Fails only on configuration errors. */
 pb_status_t pb_sink_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err) PB_MUSTCHECK;
 
