@@ -29,7 +29,8 @@ double pb_random_unit(void)
     if (state == 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        state = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
+        state = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40) ^
+                (uint64_t)(uintptr_t)&state; /* differs per thread */
         if (state == 0)
             state = 0x9e3779b97f4a7c15ULL;
     }
