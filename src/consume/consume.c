@@ -1,5 +1,6 @@
 #include "consume/consume.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,11 +23,27 @@ typedef struct held {
     int64_t due_ms;
 } held_t;
 
+/* One PostgreSQL connection with its share of each batch. Messages of one aggregate always go
+ * to the same lane, so lanes run their transactions in parallel without reordering an
+ * aggregate. */
+typedef struct lane {
+    PGconn *conn;
+    pb_inbox_t ib;
+    pb_message_t *msgs;
+    pb_inbox_verdict_t *verdicts;
+    size_t *index; /* each message's position in the batch */
+    size_t n;
+    pb_inbox_counts_t counts; /* of the current batch */
+    pb_status_t st;
+    pb_error_t err;
+} lane_t;
+
 typedef struct consumer {
     const pb_config_t *cfg;
     volatile sig_atomic_t *stop;
-    PGconn *conn;
-    pb_inbox_t ib;
+    lane_t *lanes;
+    int n_lanes;
+    bool pg_up;
     pb_source_t *src;
     bool src_up;
     int src_attempt;
@@ -40,11 +57,15 @@ typedef struct consumer {
 
 static void drop_pg(consumer_t *c)
 {
-    if (!c->conn)
-        return;
-    pb_inbox_free(&c->ib);
-    PQfinish(c->conn);
-    c->conn = NULL;
+    for (int l = 0; l < c->n_lanes; l++) {
+        lane_t *lane = &c->lanes[l];
+        if (!lane->conn)
+            continue;
+        pb_inbox_free(&lane->ib);
+        PQfinish(lane->conn);
+        lane->conn = NULL;
+    }
+    c->pg_up = false;
 }
 
 /* Losing the broker connection returns every unacknowledged message to the queue, the held
@@ -64,21 +85,26 @@ static void nap(consumer_t *c, int64_t ms)
 
 static pb_status_t connect_pg(consumer_t *c, pb_error_t *err)
 {
-    pb_status_t st = pb_pg_connect_retry(c->cfg->postgres_dsn, c->cfg->relay_reconnect_cap,
-                                         c->stop, &c->conn, err);
-    if (st != PB_OK)
-        return st;
-    if ((st = pb_inbox_init(&c->ib, c->conn, c->cfg, err)) != PB_OK) {
-        PQfinish(c->conn);
-        c->conn = NULL;
-        if (st == PB_FATAL && strstr(err->msg, "postbox.inbox"))
-            pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
-        return st;
+    for (int l = 0; l < c->n_lanes; l++) {
+        lane_t *lane = &c->lanes[l];
+        pb_status_t st = pb_pg_connect_retry(c->cfg->postgres_dsn, c->cfg->relay_reconnect_cap,
+                                             c->stop, &lane->conn, err);
+        if (st == PB_OK && (st = pb_inbox_init(&lane->ib, lane->conn, c->cfg, err)) != PB_OK) {
+            PQfinish(lane->conn);
+            lane->conn = NULL;
+            if (st == PB_FATAL && strstr(err->msg, "postbox.inbox"))
+                pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
+        }
+        if (st != PB_OK) {
+            drop_pg(c);
+            return st;
+        }
     }
+    c->pg_up = true;
     char where[256];
-    pb_pg_describe(c->conn, where, sizeof where);
-    log_info(FAC, "consumer \"%s\" writing its inbox in postgresql %s", c->cfg->consume_consumer,
-             where);
+    pb_pg_describe(c->lanes[0].conn, where, sizeof where);
+    log_info(FAC, "consumer \"%s\" writing its inbox in postgresql %s (%d lane%s)",
+             c->cfg->consume_consumer, where, c->n_lanes, c->n_lanes == 1 ? "" : "s");
     return PB_OK;
 }
 
@@ -179,6 +205,77 @@ static void log_stats(consumer_t *c, bool force)
     c->stats_at = now;
 }
 
+/* FNV-1a of the order key: the aggregate, else the message id. */
+static unsigned lane_of(const pb_message_t *m, int n_lanes)
+{
+    const char *key = m->aggregate_id ? m->aggregate_id : m->message_id ? m->message_id : "";
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h % (unsigned)n_lanes;
+}
+
+/* @thread any: touches only its lane. */
+static void *run_lane(void *arg)
+{
+    lane_t *lane = arg;
+    lane->counts = (pb_inbox_counts_t){0};
+    lane->st = lane->n ? pb_inbox_handle(&lane->ib, lane->msgs, lane->n, lane->verdicts,
+                                         &lane->counts, &lane->err)
+                       : PB_OK;
+    return NULL;
+}
+
+/* Handles c->msgs[0..n) on the lanes in parallel and gathers their verdicts into c->verdicts.
+ * The messages of a lane that failed get a zero-delay redelivery (nothing of them committed);
+ * the worst status is returned. */
+static pb_status_t handle_in_lanes(consumer_t *c, size_t n, pb_error_t *err)
+{
+    for (int l = 0; l < c->n_lanes; l++)
+        c->lanes[l].n = 0;
+    for (size_t i = 0; i < n; i++) {
+        lane_t *lane = &c->lanes[c->n_lanes > 1 ? lane_of(&c->msgs[i], c->n_lanes) : 0];
+        lane->msgs[lane->n] = c->msgs[i];
+        lane->index[lane->n++] = i;
+    }
+    pthread_t threads[16];
+    bool started[16] = {false};
+    for (int l = 1; l < c->n_lanes; l++)
+        started[l] = c->lanes[l].n && pthread_create(&threads[l], NULL, run_lane, &c->lanes[l]) == 0;
+    run_lane(&c->lanes[0]);
+    for (int l = 1; l < c->n_lanes; l++) {
+        if (started[l])
+            pthread_join(threads[l], NULL);
+        else
+            run_lane(&c->lanes[l]); /* no thread to be had: in line */
+    }
+    pb_status_t worst = PB_OK;
+    pb_inbox_counts_t sum = {0};
+    for (int l = 0; l < c->n_lanes; l++) {
+        lane_t *lane = &c->lanes[l];
+        for (size_t j = 0; j < lane->n; j++)
+            c->verdicts[lane->index[j]] = lane->st == PB_OK
+                                              ? lane->verdicts[j]
+                                              : (pb_inbox_verdict_t){PB_INBOX_REQUEUE, 0};
+        if (lane->st == PB_OK) {
+            sum.processed += lane->counts.processed;
+            sum.duplicates += lane->counts.duplicates;
+            sum.failed += lane->counts.failed;
+            sum.dead += lane->counts.dead;
+        } else if (lane->st > worst) {
+            worst = lane->st;
+            *err = lane->err;
+        }
+    }
+    c->counts.processed += sum.processed;
+    c->counts.duplicates += sum.duplicates;
+    c->counts.failed += sum.failed;
+    c->counts.dead += sum.dead;
+    pb_metrics_batch(n);
+    pb_metrics_inbox(c->cfg->consume_consumer, sum.processed, sum.duplicates, sum.failed, sum.dead);
+    return worst;
+}
+
 /* *idle: the receive came back empty and no failed message waits for its redelivery. */
 static pb_status_t consume_batch(consumer_t *c, bool *idle, pb_error_t *err)
 {
@@ -201,17 +298,10 @@ static pb_status_t consume_batch(consumer_t *c, bool *idle, pb_error_t *err)
         return PB_OK;
     }
     int64_t t_received = pb_monotonic_ms();
-    pb_inbox_counts_t before = c->counts;
-    pb_status_t st = pb_inbox_handle(&c->ib, c->msgs, n, c->verdicts, &c->counts, err);
-    if (st == PB_OK) {
-        pb_metrics_batch(n);
-        pb_metrics_inbox(cfg->consume_consumer, c->counts.processed - before.processed,
-                         c->counts.duplicates - before.duplicates, c->counts.failed - before.failed,
-                         c->counts.dead - before.dead);
-    }
+    pb_status_t st = handle_in_lanes(c, n, err);
     log_debug(FAC, "batch of %zu handled in %lld ms", n, (long long)(pb_monotonic_ms() - t_received));
-    if (st != PB_OK) {
-        /* nothing committed: give the batch back now rather than when the connection drops */
+    if (st == PB_FATAL) {
+        /* nothing of the failed lane committed: give the whole batch back now */
         for (size_t i = 0; c->src_up && i < n; i++)
             if (c->src->ops->requeue(c->src, c->msgs[i].tag, &src_err) != PB_OK)
                 drop_source(c);
@@ -223,7 +313,18 @@ static pb_status_t consume_batch(consumer_t *c, bool *idle, pb_error_t *err)
                  c->src->ops->name, src_err.msg);
         drop_source(c);
     }
-    return PB_OK;
+    return st; /* PB_TRANSIENT: a lane lost its connection (its messages were given back) */
+}
+
+static void free_lanes(consumer_t *c)
+{
+    for (int l = 0; l < c->n_lanes; l++) {
+        free(c->lanes[l].msgs);
+        free(c->lanes[l].verdicts);
+        free(c->lanes[l].index);
+    }
+    free(c->lanes);
+    c->lanes = NULL;
 }
 
 pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts,
@@ -239,18 +340,27 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
     size_t cap = (size_t)cfg->consume_batch_size;
     c.msgs = pb_malloc(cap * sizeof *c.msgs);
     c.verdicts = pb_malloc(cap * sizeof *c.verdicts);
+    c.n_lanes = (int)cfg->consume_lanes;
+    c.lanes = pb_malloc((size_t)c.n_lanes * sizeof *c.lanes);
+    memset(c.lanes, 0, (size_t)c.n_lanes * sizeof *c.lanes);
+    for (int l = 0; l < c.n_lanes; l++) {
+        c.lanes[l].msgs = pb_malloc(cap * sizeof *c.lanes[l].msgs);
+        c.lanes[l].verdicts = pb_malloc(cap * sizeof *c.lanes[l].verdicts);
+        c.lanes[l].index = pb_malloc(cap * sizeof *c.lanes[l].index);
+    }
     c.stats_at = pb_monotonic_ms();
     pb_ops_t *ops; /* /metrics, /healthz, /readyz; inbox retention purge */
     if ((st = pb_ops_start(cfg, "consume", &ops, err)) != PB_OK) {
         pb_source_free(c.src);
+        free_lanes(&c);
         free(c.msgs);
         free(c.verdicts);
         return st;
     }
 
     while (!*stop) {
-        pb_metrics_set_state(c.conn != NULL, c.src_up, c.conn != NULL && c.src_up);
-        if (!c.conn && (st = connect_pg(&c, err)) != PB_OK) {
+        pb_metrics_set_state(c.pg_up, c.src_up, c.pg_up && c.src_up);
+        if (!c.pg_up && (st = connect_pg(&c, err)) != PB_OK) {
             if (st == PB_FATAL)
                 break;
             continue;
@@ -280,6 +390,7 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
     pb_ops_stop(ops);
     drop_pg(&c);
     pb_source_free(c.src);
+    free_lanes(&c);
     free(c.msgs);
     free(c.verdicts);
     free(c.held);

@@ -360,6 +360,7 @@ static void take_properties(amqp_source_t *s, const amqp_basic_properties_t *p, 
         m->type = text_copy(s, p->type);
     else
         m->type = field_copy(s, pb_amqp_table_find(headers, "event_type"), false);
+    m->aggregate_id = field_copy(s, pb_amqp_table_find(headers, "aggregate_id"), true);
 
     m->timestamp = 0;
     if (p && (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG))

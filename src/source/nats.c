@@ -43,6 +43,7 @@
 #define FAC "source.nats"
 #define MSGID_HDR "Nats-Msg-Id"
 #define TYPE_HDR "event_type"
+#define AGGREGATE_ID_HDR "aggregate_id"
 #define NS_PER_MS INT64_C(1000000)
 #define API_WAIT_MS 5000
 
@@ -442,7 +443,7 @@ static void put_text(nats_source_t *s, const char *str, bool json)
 /* Where a message's strings start in s->text (pointers are set once the batch is complete,
  * because the buffer may move while it grows). SIZE_MAX: none / points into the message. */
 typedef struct offsets {
-    size_t headers, message_id, type;
+    size_t headers, message_id, type, aggregate_id;
 } offsets_t;
 
 static void take_message(nats_source_t *s, natsMsg *m, pb_message_t *out, offsets_t *off)
@@ -474,6 +475,13 @@ static void take_message(nats_source_t *s, natsMsg *m, pb_message_t *out, offset
     v = NULL;
     if (natsMsgHeader_Get(m, TYPE_HDR, &v) == NATS_OK && v && *v) {
         off->type = text_offset(s);
+        put_text(s, v, false);
+        pb_buf_putc(&s->text, '\0');
+    }
+    v = NULL;
+    off->aggregate_id = SIZE_MAX;
+    if (natsMsgHeader_Get(m, AGGREGATE_ID_HDR, &v) == NATS_OK && v && *v) {
+        off->aggregate_id = text_offset(s);
         put_text(s, v, false);
         pb_buf_putc(&s->text, '\0');
     }
@@ -573,6 +581,8 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
         msgs[i].headers = s->text.data + off[i].headers;
         msgs[i].message_id = off[i].message_id == SIZE_MAX ? NULL : s->text.data + off[i].message_id;
         msgs[i].type = off[i].type == SIZE_MAX ? NULL : s->text.data + off[i].type;
+        msgs[i].aggregate_id =
+            off[i].aggregate_id == SIZE_MAX ? NULL : s->text.data + off[i].aggregate_id;
     }
     free(off);
     free(got);

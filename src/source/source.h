@@ -18,6 +18,7 @@ typedef struct pb_message {
     uint64_t tag;            /* opaque: what ack/requeue take (a stale one fails, never acks another) */
     const char *message_id;  /* message_id property or consume.message_id_header; NULL if none */
     const char *type;        /* type property, else header "event_type"; NULL if none */
+    const char *aggregate_id; /* header "aggregate_id" (order key of consume lanes); NULL if none */
     const char *routing_key;
     const char *exchange;
     const char *body;        /* the payload, NUL-terminated for convenience */
