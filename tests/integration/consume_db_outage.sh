@@ -3,6 +3,8 @@
 # 10,000 events (outbox -> relay -> queue, amounts over 100 accounts): it reconnects by itself,
 # acknowledges nothing it did not commit, and in the end every balance is exactly the sum of the
 # events, the inbox holds each event once and the queue is empty.
+# The consumer runs two lanes (consume.lanes=2), so both connections and the lane failure path
+# are exercised.
 source "$(dirname "$0")/lib.sh"
 
 for _v in $(compgen -v POSTBOX_CONSUME_ || true); do unset "$_v"; done
@@ -48,7 +50,7 @@ relay_drain 120
 inq=$(queue_count)
 ((inq == N)) || fail "the relay put $inq message(s) in the queue, expected $N"
 
-start_consumer --set relay.reconnect_cap=1s --set consume.batch_size=50
+start_consumer --set relay.reconnect_cap=1s --set consume.batch_size=50 --set consume.lanes=2
 t0=$(date +%s)
 for ((k = 1; k <= KILLS; k++)); do
     # kill points spread over the run: after k/(KILLS+1) of the messages, plus a random bit
