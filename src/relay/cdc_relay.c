@@ -28,6 +28,7 @@
 #define IDLE_TICK_MS 1000
 #define DRAIN_PREFIX "postbox-drain"
 #define COMMIT_WAIT_MS 20
+#define FILL_WINDOW_MS 2
 
 /* A relayed outbox row to be marked published. A row can come through the stream a moment
  * before its transaction is visible to other sessions (the commit record is flushed first), so
@@ -222,6 +223,7 @@ static pb_status_t fill(cdc_relay_t *r, int64_t wait_ms, pb_error_t *err)
     size_t limit = (size_t)r->cfg->relay_batch_size;
     int64_t timeout = wait_ms;
     bool waited_for_commit = false;
+    int64_t window_end = 0; /* set by the first event: how long more may join its batch */
     while (r->n < limit && !*r->stop) {
         const char *data;
         size_t len;
@@ -242,7 +244,13 @@ static pb_status_t fill(cdc_relay_t *r, int64_t wait_ms, pb_error_t *err)
         if ((st = pb_pgo_decode(&r->dec, data, len, &m, err)) != PB_OK ||
             (st = on_message(r, &m, err)) != PB_OK)
             return st == PB_FATAL && strstr(err->msg, "pgoutput") ? PB_TRANSIENT : st;
-        timeout = 0;
+        /* a short window lets a backlog arriving in bursts fill the batch: fewer broker round
+         * trips for a few milliseconds of latency at most */
+        if (r->n > 0 && window_end == 0)
+            window_end = pb_monotonic_ms() + FILL_WINDOW_MS;
+        timeout = window_end ? window_end - pb_monotonic_ms() : 0;
+        if (timeout < 0)
+            timeout = 0;
     }
     return PB_OK;
 }
