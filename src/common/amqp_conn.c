@@ -6,7 +6,7 @@
 #include <amqp_framing.h>
 
 #include "common/clock.h"
-#include "sink/amqp_url.h"
+#include "common/amqp_url.h"
 
 void pb_amqp_link_drop(pb_amqp_link_t *lk)
 {

@@ -25,7 +25,7 @@
 #include "common/log.h"
 #include "common/route.h"
 #include "common/str.h"
-#include "sink/amqp_url.h"
+#include "common/amqp_url.h"
 
 #define FAC "sink.amqp"
 #define CHANNEL PB_AMQP_LINK_CHANNEL

@@ -29,7 +29,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/str.h"
-#include "sink/amqp_url.h"
+#include "common/amqp_url.h"
 #include "source/amqp_headers.h"
 
 #define FAC "source.amqp"

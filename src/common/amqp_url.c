@@ -1,4 +1,4 @@
-#include "sink/amqp_url.h"
+#include "common/amqp_url.h"
 
 #include <ctype.h>
 #include <errno.h>
