@@ -154,6 +154,11 @@ void pb_redact_secret(const char *in, char *out, unsigned long outsz)
             snprintf(out, outsz, "%.*s:***%s", (int)(colon - in), in, at);
             return;
         }
+        bool token_scheme = strncmp(in, "nats://", 7) == 0 || strncmp(in, "tls://", 6) == 0;
+        if (token_scheme && at && (!slash || at < slash)) { /* nats://TOKEN@host */
+            snprintf(out, outsz, "%.*s***%s", (int)(auth - in), in, at);
+            return;
+        }
         snprintf(out, outsz, "%s", in);
         return;
     }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "config/config.h"
 
 static char *write_temp(const char *text)
@@ -174,6 +175,11 @@ static void write_hides_passwords(void **state)
     assert_null(strstr(text, "hunter2"));
     assert_non_null(strstr(text, "amqp://bob:***@h:5672/v"));
     assert_non_null(strstr(text, "password=*** dbname=x"));
+    char red[128];
+    pb_redact_secret("nats://s3cr3tToken@h:4222", red, sizeof red);
+    assert_string_equal(red, "nats://***@h:4222");
+    pb_redact_secret("amqp://h:5672/v", red, sizeof red);
+    assert_string_equal(red, "amqp://h:5672/v");
     free(text);
     pb_config_free(&cfg);
 }
