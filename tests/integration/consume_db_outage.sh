@@ -16,23 +16,7 @@ export POSTBOX_CONSUME_HANDLER="WITH pace AS (SELECT pg_sleep(0.0003))
     SELECT \$1::jsonb->>'account', (\$1::jsonb->>'amount')::bigint FROM pace
     ON CONFLICT (account) DO UPDATE SET amount = balance.amount + EXCLUDED.amount"
 N=10000 N_ACC=100 KILLS=4
-CONSUMER_LOG=$PB_TMP/consumer.log
-CONSUMER_PID=
 
-start_consumer() { # [ARGS...] global options
-    printf '==== %s: postbox consume\n' "$(date +%T.%N)" >>"$CONSUMER_LOG"
-    "$POSTBOX_BIN" "$@" consume >>"$CONSUMER_LOG" 2>&1 &
-    CONSUMER_PID=$!
-    PB_PIDS+=("$CONSUMER_PID")
-}
-stop_consumer() { # SIGTERM, wait; fails unless it exits 0
-    local rc=0
-    kill -TERM "$CONSUMER_PID" 2>/dev/null || true
-    wait_until '! pid_alive "$CONSUMER_PID"' 60 || fail "the consumer still runs 60 s after SIGTERM"
-    wait "$CONSUMER_PID" || rc=$?
-    ((rc == 0)) || { tail -n 30 "$CONSUMER_LOG" >&2; fail "postbox consume exited with $rc on SIGTERM"; }
-}
-inbox_count() { psql_q "SELECT count(*) FROM postbox.inbox"; }
 # every backend of the test database but this psql session: with the relay stopped, the consumer's
 # (it connects without an application_name)
 terminate_others() {

@@ -12,23 +12,7 @@ export POSTBOX_AMQP_QUEUE=$PB_QUEUE POSTBOX_CONSUME_CONSUMER=dup-test
 export POSTBOX_CONSUME_HANDLER="INSERT INTO balance (account, amount)
     VALUES (\$1::jsonb->>'account', (\$1::jsonb->>'amount')::bigint)
     ON CONFLICT (account) DO UPDATE SET amount = balance.amount + EXCLUDED.amount"
-CONSUMER_LOG=$PB_TMP/consumer.log
-CONSUMER_PID=
 
-start_consumer() { # [ARGS...] global options
-    printf '==== %s: postbox %s consume\n' "$(date +%T.%N)" "$*" >>"$CONSUMER_LOG"
-    "$POSTBOX_BIN" "$@" consume >>"$CONSUMER_LOG" 2>&1 &
-    CONSUMER_PID=$!
-    PB_PIDS+=("$CONSUMER_PID")
-}
-stop_consumer() { # SIGTERM, wait; fails unless it exits 0
-    local rc=0
-    kill -TERM "$CONSUMER_PID" 2>/dev/null || true
-    wait_until '! pid_alive "$CONSUMER_PID"' 60 || fail "the consumer still runs 60 s after SIGTERM"
-    wait "$CONSUMER_PID" || rc=$?
-    ((rc == 0)) || { tail -n 30 "$CONSUMER_LOG" >&2; fail "postbox consume exited with $rc on SIGTERM"; }
-}
-publish() { amqp_tool publish "$POSTBOX_AMQP_URL" "$POSTBOX_AMQP_EXCHANGE" "$@" >/dev/null || fail "amqp-tool publish $* failed"; }
 balance_of() { psql_q "SELECT coalesce((SELECT amount FROM balance WHERE account = '$1'), 0)"; }
 
 pb_init

@@ -24,29 +24,9 @@ export POSTBOX_RELAY_RECONNECT_CAP=2s POSTBOX_RELAY_BACKOFF_BASE=200ms POSTBOX_R
 N_ACC=200 N_TX=10 PER_TX=2000 ROLLBACK_PER_TX=500
 RELAY_BATCH=50
 total=$((N_TX * PER_TX))
-CONSUMER_LOG=$PB_TMP/consumer.log
 : >"$CONSUMER_LOG"
-CONSUMER_PID=
 on_exit 'services start amqp >/dev/null 2>&1 || echo "[consume_exactly_once] could not restart RabbitMQ" >&2'
 
-start_consumer() {
-    printf '==== %s: postbox consume\n' "$(date +%T.%N)" >>"$CONSUMER_LOG"
-    "$POSTBOX_BIN" consume >>"$CONSUMER_LOG" 2>&1 &
-    CONSUMER_PID=$!
-    PB_PIDS+=("$CONSUMER_PID")
-}
-kill_consumer() {
-    kill -KILL "$CONSUMER_PID" 2>/dev/null || true
-    wait "$CONSUMER_PID" 2>/dev/null || true
-}
-stop_consumer() { # SIGTERM, wait; fails unless it exits 0
-    local rc=0
-    kill -TERM "$CONSUMER_PID" 2>/dev/null || true
-    wait_until '! pid_alive "$CONSUMER_PID"' 60 || fail "the consumer still runs 60 s after SIGTERM"
-    wait "$CONSUMER_PID" || rc=$?
-    ((rc == 0)) || { tail -n 30 "$CONSUMER_LOG" >&2; fail "postbox consume exited with $rc on SIGTERM"; }
-}
-inbox_count() { psql_q "SELECT count(*) FROM postbox.inbox"; }
 outbox_count() { psql_q "SELECT count(*) FROM postbox.outbox"; }
 sleep_ms() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
 

@@ -13,23 +13,6 @@ GOOD_SQL="INSERT INTO balance (account, amount)
     ON CONFLICT (account) DO UPDATE SET amount = balance.amount + EXCLUDED.amount"
 BAD_SQL="SELECT 1 / ((\$1::jsonb->>'amount')::int * 0)"
 N_GOOD=400
-CONSUMER_LOG=$PB_TMP/consumer.log
-CONSUMER_PID=
-
-start_consumer() { # [ARGS...] global options
-    printf '==== %s: postbox consume\n' "$(date +%T.%N)" >>"$CONSUMER_LOG"
-    "$POSTBOX_BIN" "$@" consume >>"$CONSUMER_LOG" 2>&1 &
-    CONSUMER_PID=$!
-    PB_PIDS+=("$CONSUMER_PID")
-}
-stop_consumer() { # SIGTERM, wait; fails unless it exits 0
-    local rc=0
-    kill -TERM "$CONSUMER_PID" 2>/dev/null || true
-    wait_until '! pid_alive "$CONSUMER_PID"' 60 || fail "the consumer still runs 60 s after SIGTERM"
-    wait "$CONSUMER_PID" || rc=$?
-    ((rc == 0)) || { tail -n 30 "$CONSUMER_LOG" >&2; fail "postbox consume exited with $rc on SIGTERM"; }
-}
-publish() { amqp_tool publish "$POSTBOX_AMQP_URL" "$POSTBOX_AMQP_EXCHANGE" "$@" >/dev/null || fail "amqp-tool publish $* failed"; }
 
 pb_init
 psql_q "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL)"

@@ -384,3 +384,28 @@ check_cdc_marked() {
     n=$(pending_count)
     ((n == 0)) || fail "$n outbox row(s) relayed but left unmarked (published_at NULL): $(psql_q "SELECT string_agg(format('id %s (xmin %s)', id, xmin), ', ' ORDER BY id) FROM (SELECT id, xmin FROM postbox.outbox WHERE published_at IS NULL ORDER BY id LIMIT 10) s")"
 }
+
+# ---- postbox consume, for the consumer tests ---------------------------------------------------
+CONSUMER_LOG=$PB_TMP/consumer.log
+CONSUMER_PID=
+start_consumer() { # [ARGS...] global options before the command
+    printf '==== %s: postbox consume\n' "$(date +%T.%N)" >>"$CONSUMER_LOG"
+    "$POSTBOX_BIN" "$@" consume >>"$CONSUMER_LOG" 2>&1 &
+    CONSUMER_PID=$!
+    PB_PIDS+=("$CONSUMER_PID")
+}
+kill_consumer() { # SIGKILL, wait
+    kill -KILL "$CONSUMER_PID" 2>/dev/null || true
+    wait "$CONSUMER_PID" 2>/dev/null || true
+}
+stop_consumer() { # SIGTERM, wait; fails unless it exits 0
+    local rc=0
+    kill -TERM "$CONSUMER_PID" 2>/dev/null || true
+    wait_until '! pid_alive "$CONSUMER_PID"' 60 || fail "the consumer still runs 60 s after SIGTERM"
+    wait "$CONSUMER_PID" || rc=$?
+    ((rc == 0)) || { tail -n 30 "$CONSUMER_LOG" >&2; fail "postbox consume exited with $rc on SIGTERM"; }
+}
+inbox_count() { psql_q "SELECT count(*) FROM postbox.inbox"; }
+publish() { # ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT]: one message to the test's exchange
+    amqp_tool publish "$POSTBOX_AMQP_URL" "$POSTBOX_AMQP_EXCHANGE" "$@" >/dev/null || fail "amqp-tool publish $* failed"
+}
