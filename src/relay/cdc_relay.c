@@ -22,6 +22,7 @@
 #include "relay/relay.h"
 #include "relay/support.h"
 #include "store/dead_letters.h"
+#include "store/outbox.h"
 #include "store/pg.h"
 
 #define FAC "relay.cdc"
@@ -434,12 +435,9 @@ static pb_status_t send_mark(cdc_relay_t *r, uint64_t lsn, pb_error_t *err)
     /* returns the rows marked now and those marked before (replayed after a restart); only
      * rows this session cannot see yet are missing */
     if (PQsendQueryParams(r->conn,
-                          "WITH marked AS (UPDATE postbox.outbox SET published_at = now() "
-                          "                WHERE id = ANY($1::bigint[]) AND published_at IS NULL "
-                          "                RETURNING id) "
-                          "SELECT id FROM marked UNION ALL "
-                          "SELECT id FROM postbox.outbox "
-                          "WHERE id = ANY($1::bigint[]) AND published_at IS NOT NULL",
+                          "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES
+                          "SELECT id FROM kept UNION ALL "
+                          "SELECT id FROM postbox.outbox_published WHERE id = ANY($1::bigint[])",
                           1, NULL, params, NULL, NULL, 0) != 1)
         return pb_fail(err, PB_TRANSIENT, "mark published: %s", PQerrorMessage(r->conn));
     r->mark_in_flight = true;

@@ -23,8 +23,7 @@ static const char claim_sql[] =
     "ORDER BY o.id LIMIT $1 "
     "FOR UPDATE OF o SKIP LOCKED";
 
-static const char mark_sql[] =
-    "UPDATE postbox.outbox SET published_at = now() WHERE id = ANY($1::bigint[])";
+static const char mark_sql[] = "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES "SELECT count(*) FROM kept";
 
 static const char delete_sql[] = "DELETE FROM postbox.outbox WHERE id = ANY($1::bigint[])";
 
@@ -179,10 +178,11 @@ void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
 }
 
 static pb_status_t exec_prepared(pb_outbox_t *ob, const char *name, int nparams,
-                                 const char *const *params, pb_error_t *err)
+                                 const char *const *params, ExecStatusType expect,
+                                 pb_error_t *err)
 {
     PGresult *res = PQexecPrepared(ob->conn, name, nparams, params, NULL, NULL, 0);
-    pb_status_t st = pb_pg_check(ob->conn, res, PGRES_COMMAND_OK, name, err);
+    pb_status_t st = pb_pg_check(ob->conn, res, expect, name, err);
     if (st == PB_OK)
         PQclear(res);
     return st;
@@ -196,15 +196,16 @@ pb_status_t pb_outbox_settle(pb_outbox_t *ob, const pb_result_t *results,
     pb_status_t st = PB_OK;
     if (counts->published) {
         const char *p[1] = {ob->published_ids.data};
-        st = exec_prepared(ob, "pb_publish", 1, p, err);
+        st = exec_prepared(ob, "pb_publish", 1, p,
+                           ob->delete_on_publish ? PGRES_COMMAND_OK : PGRES_TUPLES_OK, err);
     }
     if (st == PB_OK && counts->retried) {
         const char *p[3] = {ob->retry_ids.data, ob->retry_errors.data, ob->retry_delays.data};
-        st = exec_prepared(ob, "pb_retry", 3, p, err);
+        st = exec_prepared(ob, "pb_retry", 3, p, PGRES_COMMAND_OK, err);
     }
     if (st == PB_OK && counts->dead) {
         const char *p[2] = {ob->dead_ids.data, ob->dead_reasons.data};
-        st = exec_prepared(ob, "pb_dead", 2, p, err);
+        st = exec_prepared(ob, "pb_dead", 2, p, PGRES_COMMAND_OK, err);
     }
     if (st == PB_OK)
         st = pb_pg_exec(ob->conn, "COMMIT", err);

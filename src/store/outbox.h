@@ -16,6 +16,17 @@
 #include "common/event.h"
 #include "common/str.h"
 
+/* Common table expressions that move the outbox rows whose ids are in $1 (a bigint[]) to
+ * postbox.outbox_published, stamped now(); `kept` yields the ids moved. Marking a row published
+ * in place costs about six times this (see sql/004_published_history.sql). */
+#define PB_OUTBOX_MOVE_PUBLISHED_CTES                                                           \
+    "moved AS (DELETE FROM postbox.outbox WHERE id = ANY($1::bigint[]) RETURNING *), "          \
+    "kept AS (INSERT INTO postbox.outbox_published (id, event_id, aggregate_type, "             \
+    "    aggregate_id, event_type, payload, headers, destination, created_at, published_at, "   \
+    "    attempts, last_error) "                                                                \
+    "  SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "       \
+    "         destination, created_at, now(), attempts, last_error FROM moved RETURNING id) "
+
 typedef struct pb_outbox {
     PGconn *conn;           /* borrowed */
     bool delete_on_publish; /* on_publish = delete */

@@ -47,6 +47,6 @@ pb_status_t pb_purge_begin(pb_purge_t *p, PGconn *conn, pb_purge_target_t target
 /* Deletes one batch (one transaction); sets p->done when fewer than batch rows were left. */
 pb_status_t pb_purge_step(pb_purge_t *p, uint64_t *rows, pb_error_t *err) PB_MUSTCHECK;
 
-const char *pb_purge_table(pb_purge_target_t target); /* "outbox" | "inbox" */
+const char *pb_purge_table(pb_purge_target_t target); /* "outbox_published" | "inbox" */
 
 #endif

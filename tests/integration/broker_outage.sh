@@ -32,10 +32,10 @@ say "drained $(($(date +%s) - t0)) s after RabbitMQ came back"
 stop_relay
 ((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"
 
-retried=$(psql_q "SELECT count(*) FROM postbox.outbox WHERE attempts > 0 AND last_error IS NOT NULL")
-maxatt=$(psql_q "SELECT coalesce(max(attempts), 0) FROM postbox.outbox")
+retried=$(psql_q "SELECT count(*) FROM postbox.outbox_all WHERE attempts > 0 AND last_error IS NOT NULL")
+maxatt=$(psql_q "SELECT coalesce(max(attempts), 0) FROM postbox.outbox_all")
 say "rows with attempts > 0 and last_error: $retried (max attempts $maxatt); dead letters: $(dead_count)"
-psql_q "SELECT attempts, left(last_error, 160) FROM postbox.outbox WHERE last_error IS NOT NULL ORDER BY id LIMIT 3" | sed 's/^/  retried: /'
+psql_q "SELECT attempts, left(last_error, 160) FROM postbox.outbox_all WHERE last_error IS NOT NULL ORDER BY id LIMIT 3" | sed 's/^/  retried: /'
 grep -Ei 'wait|reconnect|cannot reach|lost|retry' "$PB_RELAY_LOG" | head -5 | sed 's/^/  log: /' || true
 
 drain_queue "$PB_TMP/got" $total 3000 300

@@ -47,8 +47,8 @@ batch() { # N [note|note2]: N events in transactions of 10, k = K+1..K+N; aggreg
 } >"$PB_TMP/produce.sql"
 total=820
 psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" -f "$PB_TMP/produce.sql" >/dev/null || fail "the producer failed"
-[[ $(psql_q "SELECT count(*) FROM postbox.outbox") == "$total" ]] || fail "the producer wrote $(psql_q "SELECT count(*) FROM postbox.outbox") events, expected $total"
-notes=$(psql_q "SELECT count(*) FILTER (WHERE payload ? 'note'), count(*) FILTER (WHERE payload ? 'note2') FROM postbox.outbox")
+[[ $(psql_q "SELECT count(*) FROM postbox.outbox_all") == "$total" ]] || fail "the producer wrote $(psql_q "SELECT count(*) FROM postbox.outbox_all") events, expected $total"
+notes=$(psql_q "SELECT count(*) FILTER (WHERE payload ? 'note'), count(*) FILTER (WHERE payload ? 'note2') FROM postbox.outbox_all")
 say "$total events written around three ALTERs; rows that set note / note2: ${notes/|/ \/ }"
 
 cdc_wait_caught_up 60

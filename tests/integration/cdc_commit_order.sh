@@ -108,10 +108,10 @@ stats=$(check_order "$PB_TMP/got") || fail "per-aggregate order broken: $stats"
 say "$stats"
 dups=$(duplicates_in "$PB_TMP/got")
 ((dups == 0)) || fail "$dups duplicate(s) although the relay never restarted"
-psql_q "SELECT event_id FROM postbox.outbox" | LC_ALL=C sort >"$PB_TMP/db_ids"
+psql_q "SELECT event_id FROM postbox.outbox_all" | LC_ALL=C sort >"$PB_TMP/db_ids"
 cut -f1 "$PB_TMP/got" | LC_ALL=C sort -u >"$PB_TMP/got_ids"
 missing=$(LC_ALL=C comm -23 "$PB_TMP/db_ids" "$PB_TMP/got_ids" | wc -l)
 ((missing == 0)) || fail "$missing outbox row(s) never arrived"
-rows=$(psql_q "SELECT count(*) FROM postbox.outbox")
+rows=$(psql_q "SELECT count(*) FROM postbox.outbox_all")
 say "outbox rows (table events): $rows; emitted events: $((expected - rows))"
 check_cdc_marked

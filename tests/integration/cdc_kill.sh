@@ -27,7 +27,7 @@ for ((k = 1; k <= TXNS; k++)); do
     echo "INSERT INTO txn_lsn VALUES ($k, pg_current_wal_lsn());"
 done >"$PB_TMP/fill.sql"
 psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" -f "$PB_TMP/fill.sql" >/dev/null || fail "enqueue failed"
-[[ $(psql_q 'SELECT count(*) FROM postbox.outbox') == "$total" ]] || fail "enqueue failed"
+[[ $(psql_q 'SELECT count(*) FROM postbox.outbox_all') == "$total" ]] || fail "enqueue failed"
 
 # rows of transactions whose commit the slot's confirmed position covers, not marked published
 check_confirmed_published() { # WHEN
@@ -101,7 +101,7 @@ sent_lsn() { psql_q "SELECT coalesce(max(r.sent_lsn), '0/0') FROM pg_stat_replic
 wait_until 'lsn_le "$L2" "$(sent_lsn)"' 10 || fail "the walsender did not send the new transactions (sent_lsn $(sent_lsn), commits end at $L2)"
 sleep 3
 C=$(slot_confirmed_lsn)
-unpub=$(psql_q "SELECT count(*) FROM postbox.outbox WHERE aggregate_type = 'frozen' AND published_at IS NULL")
+unpub=$(psql_q "SELECT count(*) FROM postbox.outbox_all WHERE aggregate_type = 'frozen' AND published_at IS NULL")
 logged=$(grep -c 'published event .*(frozen.v1)' "$PB_RELAY_LOG" || true)
 say "broker frozen 3 s: WAL before the commits $L, after $L2, sent to the relay up to $(sent_lsn); slot confirmed at $C; frozen.v1 events: $unpub of 100 rows unpublished, $logged reported published"
 lsn_le "$C" "$L" || fail "the slot's confirmed position $C ran ahead of $L although the broker confirmed nothing after it"
@@ -109,7 +109,7 @@ lsn_le "$C" "$L" || fail "the slot's confirmed position $C ran ahead of $L altho
 pid_alive "$RELAY_PID" || fail "the relay exited while the broker was frozen"
 kill -CONT "$beam"
 say "RabbitMQ resumed"
-wait_until '(($(psql_q "SELECT count(*) FROM postbox.outbox WHERE aggregate_type = '"'frozen'"' AND published_at IS NULL") == 0))' 60 ||
+wait_until '(($(psql_q "SELECT count(*) FROM postbox.outbox_all WHERE aggregate_type = '"'frozen'"' AND published_at IS NULL") == 0))' 60 ||
     fail "the frozen.v1 events were not published within 60 s of SIGCONT"
 wait_until 'lsn_le "$L2" "$(slot_confirmed_lsn)"' 30 || fail "the slot's confirmed position $(slot_confirmed_lsn) did not pass $L2 after the broker came back"
 say "slot confirmed at $(slot_confirmed_lsn) (>= $L2)"

@@ -17,7 +17,7 @@ rolled_back=$(psql_q "BEGIN;
     ROLLBACK;")
 say "committed event $committed, rolled-back event $rolled_back"
 [[ $committed =~ ^[0-9a-f-]{36}$ ]] || fail "enqueue did not return an event id: '$committed'"
-[[ $(psql_q "SELECT count(*) FROM postbox.outbox") == 1 ]] || fail "the outbox should hold exactly one row"
+[[ $(psql_q "SELECT count(*) FROM postbox.outbox_all") == 1 ]] || fail "the outbox should hold exactly one row"
 [[ $(psql_q "SELECT count(*) FROM shop.orders") == 1 ]] || fail "shop.orders should hold exactly one row"
 
 relay_drain 60
@@ -33,5 +33,5 @@ IFS=$'\t' read -r mid mtype rkey aggt aggid body <"$PB_TMP/got"
 [[ $aggt == order && $aggid == o-1 ]] || fail "headers aggregate_type/aggregate_id '$aggt'/'$aggid', expected order/o-1"
 [[ $body == *'"o-1"'* && $body == *42* ]] || fail "body does not carry the payload: $body"
 [[ $(pending_count) == 0 ]] || fail "the event is still pending"
-[[ $(psql_q "SELECT count(*) FROM postbox.outbox WHERE published_at IS NOT NULL AND event_id = '$committed'") == 1 ]] ||
-    fail "the committed event is not marked published"
+[[ $(psql_q "SELECT count(*) FROM postbox.outbox_published WHERE event_id = '$committed'") == 1 ]] ||
+    fail "the committed event is not in postbox.outbox_published"

@@ -56,10 +56,10 @@ grep -o 'totals: .*' "$CONSUMER_LOG" | tail -n 1 | sed 's/^/  consumer /'
 inq=$(queue_count)
 rows=$(inbox_count)
 processed_rows=$(psql_q "SELECT count(*) FROM postbox.inbox WHERE processed_at IS NOT NULL")
-missing=$(psql_q "SELECT count(*) FROM postbox.outbox o WHERE NOT EXISTS
+missing=$(psql_q "SELECT count(*) FROM postbox.outbox_all o WHERE NOT EXISTS
                     (SELECT 1 FROM postbox.inbox i WHERE i.message_id = o.event_id::text)")
 off=$(psql_q "SELECT count(*) FROM (SELECT payload->>'account' AS account, sum((payload->>'amount')::bigint) AS s
-                                      FROM postbox.outbox GROUP BY 1) e
+                                      FROM postbox.outbox_all GROUP BY 1) e
                 FULL JOIN balance b USING (account) WHERE b.amount IS DISTINCT FROM e.s")
 reconnects=$(grep -c 'consumer "db-outage" writing its inbox' "$CONSUMER_LOG" || true)
 say "inbox rows $rows (processed $processed_rows), events without an inbox row $missing, accounts whose balance is off $off"

@@ -27,7 +27,7 @@ total=$((N_TX * PER_TX))
 : >"$CONSUMER_LOG"
 on_exit 'services start amqp >/dev/null 2>&1 || echo "[consume_exactly_once] could not restart RabbitMQ" >&2'
 
-outbox_count() { psql_q "SELECT count(*) FROM postbox.outbox"; }
+outbox_count() { psql_q "SELECT count(*) FROM postbox.outbox_all"; }
 sleep_ms() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
 
 # One committed producer transaction of PER_TX deposits: random accounts, amounts -500..1499.
@@ -135,7 +135,7 @@ if ((dups == 0)); then
     while IFS='|' read -r id type payload; do
         amqp_tool publish "$POSTBOX_AMQP_URL" "$POSTBOX_AMQP_EXCHANGE" "account.$type" "$id" "$type" "$payload" 2 >/dev/null ||
             fail "amqp-tool publish failed"
-    done < <(psql_q "SELECT event_id, event_type, payload::text FROM postbox.outbox ORDER BY id LIMIT 5")
+    done < <(psql_q "SELECT event_id, event_type, payload::text FROM postbox.outbox_all ORDER BY id LIMIT 5")
     forced=10
     start_consumer
     wait_until '(( $(grep -c "duplicate message" "$CONSUMER_LOG") >= forced ))' 30 || fail "the forced duplicates were not absorbed"
@@ -147,27 +147,27 @@ fi
 inq=$(queue_count)
 rows=$(inbox_count)
 processed=$(psql_q "SELECT count(*) FROM postbox.inbox WHERE consumer = 'balances' AND processed_at IS NOT NULL")
-missing=$(psql_q "SELECT count(*) FROM postbox.outbox o WHERE NOT EXISTS
+missing=$(psql_q "SELECT count(*) FROM postbox.outbox_all o WHERE NOT EXISTS
                     (SELECT 1 FROM postbox.inbox i WHERE i.message_id = o.event_id::text)")
 unknown=$(psql_q "SELECT count(*) FROM postbox.inbox i WHERE NOT EXISTS
-                    (SELECT 1 FROM postbox.outbox o WHERE o.event_id::text = i.message_id)")
-psql_q "SELECT payload->>'account' AS account, sum((payload->>'amount')::bigint) FROM postbox.outbox GROUP BY 1" >"$PB_TMP/expected"
+                    (SELECT 1 FROM postbox.outbox_all o WHERE o.event_id::text = i.message_id)")
+psql_q "SELECT payload->>'account' AS account, sum((payload->>'amount')::bigint) FROM postbox.outbox_all GROUP BY 1" >"$PB_TMP/expected"
 off=$(psql_q "SELECT count(*) FROM (SELECT payload->>'account' AS account, sum((payload->>'amount')::bigint) AS s
-                                      FROM postbox.outbox GROUP BY 1) e
+                                      FROM postbox.outbox_all GROUP BY 1) e
                 FULL JOIN balance b USING (account) WHERE b.amount IS DISTINCT FROM e.s")
 psql_q "SELECT account, e.s AS expected, b.amount AS actual FROM (SELECT payload->>'account' AS account,
-               sum((payload->>'amount')::bigint) AS s FROM postbox.outbox GROUP BY 1) e
+               sum((payload->>'amount')::bigint) AS s FROM postbox.outbox_all GROUP BY 1) e
           FULL JOIN balance b USING (account) WHERE b.amount IS DISTINCT FROM e.s LIMIT 5" | sed 's/^/  off: /'
-sum_expected=$(psql_q "SELECT sum((payload->>'amount')::bigint) FROM postbox.outbox")
+sum_expected=$(psql_q "SELECT sum((payload->>'amount')::bigint) FROM postbox.outbox_all")
 sum_actual=$(psql_q "SELECT sum(amount) FROM balance")
-rolled=$(psql_q "SELECT count(*) FROM postbox.outbox WHERE payload ? 'rolled_back'")
+rolled=$(psql_q "SELECT count(*) FROM postbox.outbox_all WHERE payload ? 'rolled_back'")
 relay_starts=$(grep -c '^==== .* relay' "$PB_RELAY_LOG" || true)
 consumer_starts=$(grep -c '^==== ' "$CONSUMER_LOG" || true)
 # the totals line each consumer run logged last (periodic every 10 s and at exit; a killed run
 # may have logged none): a lower bound of what the 'duplicate message' lines count
 totals_dups=$(awk '/^==== / { s += d; d = 0 } /totals: / { t = $0; sub(/.*duplicates /, "", t); sub(/,.*/, "", t); d = t + 0 }
                    END { print s + d }' "$CONSUMER_LOG")
-republished=$(psql_q "SELECT count(*) FROM postbox.outbox WHERE attempts > 0")
+republished=$(psql_q "SELECT count(*) FROM postbox.outbox_all WHERE attempts > 0")
 
 say "committed events $total over $(wc -l <"$PB_TMP/expected") accounts; rolled-back events in the outbox: $rolled"
 say "balances: sum expected $sum_expected, actual $sum_actual; accounts off: $off"

@@ -12,7 +12,7 @@ pb_init
 setup_queue '#'
 for ((k = 1; k <= PER_AGG; k += 50)); do enqueue_seq $N_AGG $k $((k + 49)); done
 total=$((N_AGG * PER_AGG))
-[[ $(psql_q 'SELECT count(*) FROM postbox.outbox') == "$total" ]] || fail "enqueue failed"
+[[ $(psql_q 'SELECT count(*) FROM postbox.outbox_all') == "$total" ]] || fail "enqueue failed"
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 busy_kills=0 run_ms=0

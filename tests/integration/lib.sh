@@ -157,7 +157,7 @@ pending_count() {
     psql_q "SELECT count(*) FROM postbox.outbox o WHERE o.published_at IS NULL
               AND NOT EXISTS (SELECT 1 FROM postbox.dead_letters d WHERE d.event_id = o.event_id)"
 }
-published_count() { psql_q "SELECT count(*) FROM postbox.outbox WHERE published_at IS NOT NULL"; }
+published_count() { psql_q "SELECT count(*) FROM postbox.outbox_published"; }
 dead_count() { psql_q "SELECT count(*) FROM postbox.dead_letters"; }
 
 # enqueue_seq NAGG KFROM KTO [PAD]: one transaction that enqueues, through postbox.enqueue, the
@@ -291,7 +291,7 @@ check_order() {
 # check_all_arrived FILE: every event_id of postbox.outbox is among the message ids in FILE.
 check_all_arrived() {
     local file=$1 missing extra
-    psql_q "SELECT event_id FROM postbox.outbox" | LC_ALL=C sort >"$PB_TMP/db_ids"
+    psql_q "SELECT event_id FROM postbox.outbox_all" | LC_ALL=C sort >"$PB_TMP/db_ids"
     cut -f1 "$file" | LC_ALL=C sort -u >"$PB_TMP/got_ids"
     missing=$(LC_ALL=C comm -23 "$PB_TMP/db_ids" "$PB_TMP/got_ids" | wc -l)
     extra=$(LC_ALL=C comm -13 "$PB_TMP/db_ids" "$PB_TMP/got_ids" | wc -l)

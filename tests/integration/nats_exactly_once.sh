@@ -26,7 +26,7 @@ RELAY_BATCH=50
 : >"$CONSUMER_LOG"
 on_exit 'services start nats >/dev/null 2>&1 || echo "[nats_exactly_once] could not restart nats-server" >&2'
 
-outbox_count() { psql_q "SELECT count(*) FROM postbox.outbox"; }
+outbox_count() { psql_q "SELECT count(*) FROM postbox.outbox_all"; }
 # messages the durable consumer has not delivered yet plus those not acknowledged
 consumer_backlog() {
     local info p a
@@ -128,17 +128,17 @@ dups=$(dup_lines)
 relay_dup_acks=$(relay_duplicate_acks)
 rows=$(inbox_count)
 processed=$(psql_q "SELECT count(*) FROM postbox.inbox WHERE consumer = 'balances' AND processed_at IS NOT NULL")
-missing=$(psql_q "SELECT count(*) FROM postbox.outbox o WHERE NOT EXISTS
+missing=$(psql_q "SELECT count(*) FROM postbox.outbox_all o WHERE NOT EXISTS
                     (SELECT 1 FROM postbox.inbox i WHERE i.message_id = o.event_id::text)")
 unknown=$(psql_q "SELECT count(*) FROM postbox.inbox i WHERE NOT EXISTS
-                    (SELECT 1 FROM postbox.outbox o WHERE o.event_id::text = i.message_id)")
+                    (SELECT 1 FROM postbox.outbox_all o WHERE o.event_id::text = i.message_id)")
 off_query="SELECT count(*) FROM (SELECT payload->>'account' AS account, sum((payload->>'amount')::bigint) AS s
-                                  FROM postbox.outbox GROUP BY 1) e
+                                  FROM postbox.outbox_all GROUP BY 1) e
             FULL JOIN balance b USING (account) WHERE b.amount IS DISTINCT FROM e.s"
 off=$(psql_q "$off_query")
-sum_expected=$(psql_q "SELECT sum((payload->>'amount')::bigint) FROM postbox.outbox")
+sum_expected=$(psql_q "SELECT sum((payload->>'amount')::bigint) FROM postbox.outbox_all")
 sum_actual=$(psql_q "SELECT sum(amount) FROM balance")
-rolled=$(psql_q "SELECT count(*) FROM postbox.outbox WHERE payload ? 'rolled_back'")
+rolled=$(psql_q "SELECT count(*) FROM postbox.outbox_all WHERE payload ? 'rolled_back'")
 say "committed events $total; rolled-back events in the outbox: $rolled; stream holds $in_stream message(s)"
 say "balances: sum expected $sum_expected, actual $sum_actual; accounts off: $off"
 say "inbox: $rows rows ($processed processed), committed events without an inbox row: $missing, inbox rows not in the outbox: $unknown"

@@ -21,7 +21,7 @@ enqueue_seq $N_AGG 1 $PER_AGG
 psql_q "SELECT postbox.enqueue('order', 'agg-h', 'headers.v1', '{\"seq\": 1}',
                                '{\"trace\": \"t-1\", \"n\": 5, \"nested\": {\"a\": [1, 2]}}')" >/dev/null
 total=$((total + 1))
-[[ $(psql_q 'SELECT count(*) FROM postbox.outbox') == "$total" ]] || fail "enqueue failed"
+[[ $(psql_q 'SELECT count(*) FROM postbox.outbox_all') == "$total" ]] || fail "enqueue failed"
 
 # the lock holder: a session of its own, found again by application_name
 HOLDER_APP=pb_nats_relay_lock

@@ -8,12 +8,15 @@ source "$(dirname "$0")/lib.sh"
 N_OLD=${PB_PURGE_ROWS:-1000000}
 pb_init
 say "writing $N_OLD old published outbox rows and 200,000 old inbox rows"
-psql_q "INSERT INTO postbox.outbox (aggregate_type, aggregate_id, event_type, payload, created_at, published_at)
-        SELECT 'order', (g % 1000)::text, 'created.v1', jsonb_build_object('seq', g),
-               now() - interval '10 days', now() - interval '10 days' + g * interval '1 ms'
+# published_row ID AGGREGATE_ID PUBLISHED_AT: a SELECT list for postbox.outbox_published
+published_row() {
+    echo "$1, gen_random_uuid(), 'order', $2, 'created.v1', '{}'::jsonb, '{}'::jsonb, NULL, $3, $3, 0, NULL"
+}
+psql_q "INSERT INTO postbox.outbox_published
+        SELECT $(published_row g '(g % 1000)::text' "now() - interval '10 days' + g * interval '1 ms'")
         FROM generate_series(1, $N_OLD) g;
-        INSERT INTO postbox.outbox (aggregate_type, aggregate_id, event_type, payload, published_at)
-        SELECT 'order', 'recent', 'created.v1', '{}', now() - interval '1 day' FROM generate_series(1, 1000);
+        INSERT INTO postbox.outbox_published
+        SELECT $(published_row "$N_OLD + g" "'recent'" "now() - interval '1 day'") FROM generate_series(1, 1000) g;
         INSERT INTO postbox.outbox (aggregate_type, aggregate_id, event_type, payload)
         SELECT 'order', 'pending', 'created.v1', '{}' FROM generate_series(1, 100);
         INSERT INTO postbox.inbox (consumer, message_id, message_type, received_at, processed_at)
@@ -24,7 +27,7 @@ psql_q "INSERT INTO postbox.outbox (aggregate_type, aggregate_id, event_type, pa
                ('shipping', 'recent-1', now(), now());
         INSERT INTO postbox.inbox_dead (consumer, message_id, body, error, attempts)
         VALUES ('shipping', 'dead-1', 'x', 'boom', 5);
-        VACUUM ANALYZE postbox.outbox; VACUUM ANALYZE postbox.inbox"
+        VACUUM ANALYZE postbox.outbox_published; VACUUM ANALYZE postbox.inbox"
 
 # the watcher: every 100 ms, the age of the purge's open transaction, if any
 WATCH=$PB_TMP/xact_ages
@@ -50,19 +53,20 @@ max_age=$(sort -g "$WATCH" | tail -1)
 say "purge took $ms ms; $samples samples of pg_stat_activity; longest purge transaction seen: ${max_age:-0} s"
 ((samples >= 5)) || fail "too few samples ($samples) to judge the transaction length"
 awk -v m="${max_age:-0}" 'BEGIN { exit !(m < 1.0) }' || fail "a purge transaction was open for $max_age s (limit 1 s)"
-grep -q "postbox.outbox: deleted $N_OLD rows" "$PB_TMP/purge.out" || fail "the purge did not delete $N_OLD outbox rows"
+grep -q "postbox.outbox_published: deleted $N_OLD rows" "$PB_TMP/purge.out" || fail "the purge did not delete $N_OLD outbox rows"
 grep -q "postbox.inbox: deleted 200000 rows" "$PB_TMP/purge.out" || fail "the purge did not delete 200,000 inbox rows"
-[[ $(psql_q "SELECT count(*) FROM postbox.outbox") == 1100 ]] || fail "recent or pending outbox rows were purged: $(psql_q "SELECT count(*) FROM postbox.outbox") left"
+[[ $(psql_q "SELECT count(*) FROM postbox.outbox_published") == 1000 && $(psql_q "SELECT count(*) FROM postbox.outbox") == 100 ]] ||
+    fail "recent or pending outbox rows were purged: $(psql_q "SELECT count(*) FROM postbox.outbox_published") published and $(psql_q "SELECT count(*) FROM postbox.outbox") pending left"
 [[ $(psql_q "SELECT string_agg(message_id, ',' ORDER BY message_id) FROM postbox.inbox") == dead-1,recent-1 ]] ||
     fail "the inbox keeps $(psql_q "SELECT string_agg(message_id, ',' ORDER BY message_id) FROM postbox.inbox")"
 
 # the relay's own purge: old rows disappear while it runs (stdout sink: no broker needed)
-psql_q "INSERT INTO postbox.outbox (aggregate_type, aggregate_id, event_type, payload, published_at)
-        SELECT 'order', 'old', 'created.v1', '{}', now() - interval '3 days' FROM generate_series(1, 12000)" >/dev/null
+psql_q "INSERT INTO postbox.outbox_published
+        SELECT $(published_row "2000000 + g" "'old'" "now() - interval '3 days'") FROM generate_series(1, 12000) g" >/dev/null
 start_relay --set relay.sink=stdout --set relay.retention=2d --set relay.purge_interval=1s
-wait_until '[[ $(psql_q "SELECT count(*) FROM postbox.outbox WHERE aggregate_id = '"'old'"'") == 0 ]]' 60 ||
+wait_until '[[ $(psql_q "SELECT count(*) FROM postbox.outbox_published WHERE aggregate_id = '"'old'"'") == 0 ]]' 60 ||
     fail "the relay did not purge the old rows within 60 s"
-grep -q 'purged 12000 rows of postbox.outbox' "$PB_RELAY_LOG" || fail "the relay did not log its purge"
+grep -q 'purged 12000 rows of postbox.outbox_published' "$PB_RELAY_LOG" || fail "the relay did not log its purge"
 stop_relay
 ((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC"
-[[ $(psql_q "SELECT count(*) FROM postbox.outbox WHERE aggregate_id = 'recent'") == 1000 ]] || fail "the relay purged recent rows"
+[[ $(psql_q "SELECT count(*) FROM postbox.outbox_published WHERE aggregate_id = 'recent'") == 1000 ]] || fail "the relay purged recent rows"

@@ -13,7 +13,7 @@ enqueue_seq $N_AGG 26 50
 enqueue_seq $N_AGG 51 75
 enqueue_seq $N_AGG 76 $PER_AGG
 total=$((N_AGG * PER_AGG))
-say "enqueued $(psql_q 'SELECT count(*) FROM postbox.outbox') events in $((($(date +%s%N) - t0) / 1000000)) ms"
+say "enqueued $(psql_q 'SELECT count(*) FROM postbox.outbox_all') events in $((($(date +%s%N) - t0) / 1000000)) ms"
 
 relay_drain 300
 drain_queue "$PB_TMP/got" $total 2000 300

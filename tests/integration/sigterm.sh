@@ -27,7 +27,7 @@ inq=$(queue_count)
 say "messages in the queue: $inq"
 ((inq >= published)) || fail "only $inq messages in the queue for $published rows marked published"
 drain_queue "$PB_TMP/got" "$published" 1500 120
-psql_q "SELECT event_id FROM postbox.outbox WHERE published_at IS NOT NULL" | LC_ALL=C sort >"$PB_TMP/pub_ids"
+psql_q "SELECT event_id FROM postbox.outbox_published" | LC_ALL=C sort >"$PB_TMP/pub_ids"
 cut -f1 "$PB_TMP/got" | LC_ALL=C sort -u >"$PB_TMP/got_ids"
 missing=$(LC_ALL=C comm -23 "$PB_TMP/pub_ids" "$PB_TMP/got_ids" | wc -l)
 ((missing == 0)) || fail "$missing row(s) marked published are not in the queue"
