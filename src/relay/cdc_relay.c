@@ -30,6 +30,10 @@
 #define DRAIN_PREFIX "postbox-drain"
 #define COMMIT_WAIT_MS 20
 #define FILL_WINDOW_MS 2
+/* The window is for a backlog: it opens only when the batch's first event was already waiting
+ * (arrived within this many ms of the start of the fill). At a low rate the relay waits for
+ * every event, and a window would only add to each event's latency. */
+#define FILL_BACKLOG_MS 1
 
 /* A relayed outbox row to be marked published. A row can come through the stream a moment
  * before its transaction is visible to other sessions (the commit record is flushed first), so
@@ -225,6 +229,7 @@ static pb_status_t fill(cdc_relay_t *r, int64_t wait_ms, pb_error_t *err)
     int64_t timeout = wait_ms;
     bool waited_for_commit = false;
     int64_t window_end = 0; /* set by the first event: how long more may join its batch */
+    int64_t started = pb_monotonic_ms();
     while (r->n < limit && !*r->stop) {
         const char *data;
         size_t len;
@@ -247,9 +252,10 @@ static pb_status_t fill(cdc_relay_t *r, int64_t wait_ms, pb_error_t *err)
             return st == PB_FATAL && strstr(err->msg, "pgoutput") ? PB_TRANSIENT : st;
         /* a short window lets a backlog arriving in bursts fill the batch: fewer broker round
          * trips for a few milliseconds of latency at most */
+        int64_t now = pb_monotonic_ms();
         if (r->n > 0 && window_end == 0)
-            window_end = pb_monotonic_ms() + FILL_WINDOW_MS;
-        timeout = window_end ? window_end - pb_monotonic_ms() : 0;
+            window_end = now - started <= FILL_BACKLOG_MS ? now + FILL_WINDOW_MS : now;
+        timeout = window_end - now;
         if (timeout < 0)
             timeout = 0;
     }
