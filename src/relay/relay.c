@@ -1,12 +1,14 @@
-/* The relay loop, double-buffered: while the broker confirms batch k (one PostgreSQL connection
- * holds its rows locked), a worker thread settles batch k-1 and claims batch k+1 on the other
- * connection. The database work thus hides behind the broker's confirm latency instead of
- * adding to it. Rows are marked published only after their confirms, as before; a crash
- * anywhere leaves unsettled rows pending, to be published again (at least once).
+/* The relay loop, triple-buffered: while the broker confirms batch k (one PostgreSQL connection
+ * holds its rows locked), one worker thread settles batch k-1 and another claims batch k+1, each
+ * on its own connection. The database work thus hides behind the broker's confirm latency
+ * instead of adding to it, and settling and claiming do not wait for each other. Rows are marked
+ * published only after their confirms; a crash anywhere leaves unsettled rows pending, to be
+ * published again (at least once).
  *
- * Order per aggregate: batch k+1 is claimed before batch k's outcomes are written, so the
- * aggregates that did not publish cleanly in batch k are carried over and held back in batch
- * k+1; from batch k+2 on the claim query itself skips them (their failure is settled by then). */
+ * Order per aggregate: batch k+1 is claimed before the outcomes of batches k-1 and k are
+ * committed, so the aggregates that did not publish cleanly in either are carried over and held
+ * back in batch k+1; from batch k+2 on the claim query itself skips them (their failure is
+ * settled by then). */
 #include "relay/relay.h"
 
 #include <errno.h>
@@ -33,6 +35,9 @@
 #define RELAY_LOCK_SQL "SELECT pg_try_advisory_lock(hashtext('postbox.relay'))"
 #define IDLE_TICK_MS 1000
 
+/* Connections, each with its batch: one publishing, one settling, one claiming. */
+#define N_SLOTS 3
+
 /* One PostgreSQL connection and the batch it holds. */
 typedef struct slot {
     PGconn *conn;
@@ -42,36 +47,44 @@ typedef struct slot {
     char (*reasons)[sizeof ((pb_result_t *)0)->error + 64];
     bool claimed;   /* a transaction with a claimed batch (maybe empty) is open */
     bool to_settle; /* published: results and plans wait to be written */
+    pb_buf_t unclean; /* "type\0id\0" of aggregates of its last batch that did not publish cleanly */
+    size_t n_unclean;
 } slot_t;
 
 typedef struct relay {
     const pb_config_t *cfg;
     const pb_relay_opts_t *opts;
     volatile sig_atomic_t *stop;
-    slot_t slots[2];
-    int cur; /* the slot whose batch is published next */
+    slot_t slots[N_SLOTS];
+    int cur; /* the slot whose batch is published next; cur + 1 claims, cur - 1 settles */
     pb_sink_t *snk;
     bool sink_up;
     int sink_attempt; /* consecutive failed connects, for the backoff */
     size_t *rejected; /* indexes of events rejected by the precheck, per batch */
-    pb_buf_t carry;   /* "type\0id\0" of aggregates that did not publish cleanly last batch */
-    size_t n_carry;
     /* totals for the periodic log line */
     pb_relay_totals_t totals;
 } relay_t;
 
-/* The worker's job: settle the other slot's published batch, then claim the next batch on it. */
+/* A worker's job: settle the slot's published batch if it has one, then, when asked, claim the
+ * next batch on it. */
 typedef struct worker_job {
     relay_t *rel;
     slot_t *slot;
+    bool claim;
     pb_settle_counts_t counts;
     pb_status_t st;
     pb_error_t err;
 } worker_job_t;
 
+static void forget_unclean(relay_t *rel)
+{
+    for (int i = 0; i < N_SLOTS; i++)
+        rel->slots[i].n_unclean = 0;
+}
+
 static void drop_pg(relay_t *rel)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < N_SLOTS; i++) {
         slot_t *s = &rel->slots[i];
         if (!s->conn)
             continue;
@@ -80,7 +93,7 @@ static void drop_pg(relay_t *rel)
         s->conn = NULL;
         s->claimed = s->to_settle = false;
     }
-    rel->n_carry = 0;
+    forget_unclean(rel);
 }
 
 static void nap(relay_t *rel, int64_t ms)
@@ -104,7 +117,7 @@ static pb_status_t open_slot(relay_t *rel, slot_t *s, pb_error_t *err)
 static pb_status_t connect_pg(relay_t *rel, pb_error_t *err)
 {
     pb_status_t st;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < N_SLOTS; i++) {
         if ((st = open_slot(rel, &rel->slots[i], err)) != PB_OK) {
             drop_pg(rel);
             return st;
@@ -193,15 +206,24 @@ static bool same_aggregate(const pb_event_t *a, const pb_event_t *b)
            strcmp(a->aggregate_type, b->aggregate_type) == 0;
 }
 
-static bool carried_over(const relay_t *rel, const pb_event_t *ev)
+static bool unclean_in(const slot_t *s, const pb_event_t *ev)
 {
-    const char *p = rel->carry.data;
-    for (size_t i = 0; i < rel->n_carry; i++) {
+    const char *p = s->unclean.data;
+    for (size_t i = 0; i < s->n_unclean; i++) {
         const char *type = p, *id = p + strlen(p) + 1;
         if (strcmp(type, ev->aggregate_type) == 0 && strcmp(id, ev->aggregate_id) == 0)
             return true;
         p = id + strlen(id) + 1;
     }
+    return false;
+}
+
+/* Did ev's aggregate fail in one of the two batches published before cur's (the other slots)? */
+static bool carried_over(const relay_t *rel, const pb_event_t *ev)
+{
+    for (int i = 0; i < N_SLOTS; i++)
+        if (i != rel->cur && rel->slots[i].n_unclean && unclean_in(&rel->slots[i], ev))
+            return true;
     return false;
 }
 
@@ -216,7 +238,7 @@ static void precheck(relay_t *rel, slot_t *s)
         pb_result_t *r = &s->results[i];
         r->outcome = PB_OUT_UNTRIED;
         r->error[0] = '\0';
-        if (rel->n_carry && carried_over(rel, &events[i]))
+        if (carried_over(rel, &events[i]))
             r->outcome = PB_OUT_HELD;
         for (size_t b = 0; b < n_blocked && r->outcome == PB_OUT_UNTRIED; b++)
             if (same_aggregate(&events[rel->rejected[b]], &events[i]))
@@ -229,17 +251,17 @@ static void precheck(relay_t *rel, slot_t *s)
 }
 
 /* Remembers the aggregates of this batch that did not publish cleanly (see precheck). */
-static void remember_unclean(relay_t *rel, const slot_t *s)
+static void remember_unclean(slot_t *s)
 {
-    pb_buf_reset(&rel->carry);
-    rel->n_carry = 0;
+    pb_buf_reset(&s->unclean);
+    s->n_unclean = 0;
     for (size_t i = 0; i < s->ob.n_events; i++) {
         if (s->results[i].outcome == PB_OUT_PUBLISHED)
             continue;
         const pb_event_t *ev = &s->ob.events[i];
-        pb_buf_append(&rel->carry, ev->aggregate_type, strlen(ev->aggregate_type) + 1);
-        pb_buf_append(&rel->carry, ev->aggregate_id, strlen(ev->aggregate_id) + 1);
-        rel->n_carry++;
+        pb_buf_append(&s->unclean, ev->aggregate_type, strlen(ev->aggregate_type) + 1);
+        pb_buf_append(&s->unclean, ev->aggregate_id, strlen(ev->aggregate_id) + 1);
+        s->n_unclean++;
     }
 }
 
@@ -323,17 +345,26 @@ static void *worker_main(void *arg)
 {
     worker_job_t *job = arg;
     job->st = settle(job->rel, job->slot, &job->counts, &job->err);
-    if (job->st == PB_OK)
+    if (job->st == PB_OK && job->claim && !job->slot->claimed)
         job->st = claim(job->rel, job->slot, &job->err);
     return NULL;
 }
 
-/* One step: publish the current slot's batch while the worker settles and claims on the other.
- * *idle is set when there was nothing to publish and nothing left to settle. */
+/* Runs the jobs on threads (in line when a thread cannot be had: the same work, only slower). */
+static void run_jobs(worker_job_t *jobs, pthread_t *threads, bool *threaded, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        threaded[i] = pthread_create(&threads[i], NULL, worker_main, &jobs[i]) == 0;
+        if (!threaded[i])
+            worker_main(&jobs[i]);
+    }
+}
+
+/* One step: publish the current slot's batch while the workers settle the previous one and
+ * claim the next. *idle is set when there was nothing to publish and nothing left to settle. */
 static pb_status_t relay_step(relay_t *rel, bool *idle, pb_error_t *err)
 {
     slot_t *cur = &rel->slots[rel->cur];
-    slot_t *other = &rel->slots[1 - rel->cur];
     pb_settle_counts_t counts;
     pb_status_t st;
     *idle = false;
@@ -343,10 +374,16 @@ static pb_status_t relay_step(relay_t *rel, bool *idle, pb_error_t *err)
         cur->claimed = false;
         if ((st = pb_pg_exec(cur->conn, "COMMIT", err)) != PB_OK)
             return st;
-        if (other->to_settle) { /* settle it, then look again: its batch may have hidden more */
-            st = settle(rel, other, &counts, err);
+        bool settled = false; /* settle the others, then look again: they may have hidden more */
+        for (int i = 0; i < N_SLOTS && st == PB_OK; i++) {
+            if (!rel->slots[i].to_settle)
+                continue;
+            st = settle(rel, &rel->slots[i], &counts, err);
             add_counts(rel, &counts);
-            rel->n_carry = 0;
+            settled = true;
+        }
+        if (settled) {
+            forget_unclean(rel); /* every outcome is committed: the claim query sees them */
             return st;
         }
         *idle = true;
@@ -354,28 +391,34 @@ static pb_status_t relay_step(relay_t *rel, bool *idle, pb_error_t *err)
     }
 
     precheck(rel, cur);
-    worker_job_t job = {.rel = rel, .slot = other};
-    pthread_t worker;
-    bool threaded = pthread_create(&worker, NULL, worker_main, &job) == 0;
-    if (!threaded) /* no thread: do the same work in line, only slower */
-        worker_main(&job);
+    worker_job_t jobs[2] = {
+        {.rel = rel, .slot = &rel->slots[(rel->cur + N_SLOTS - 1) % N_SLOTS]},
+        {.rel = rel, .slot = &rel->slots[(rel->cur + 1) % N_SLOTS], .claim = true},
+    };
+    pthread_t threads[2];
+    bool threaded[2];
+    run_jobs(jobs, threads, threaded, 2);
     pb_error_t sink_err;
     if (rel->snk->ops->publish(rel->snk, cur->ob.events, cur->ob.n_events, cur->results,
                                &sink_err) != PB_OK) {
         log_warn(FAC, "%s broker connection lost: %s", rel->snk->ops->name, sink_err.msg);
         rel->sink_up = false;
     }
-    if (threaded)
-        pthread_join(worker, NULL);
+    for (int i = 0; i < 2; i++)
+        if (threaded[i])
+            pthread_join(threads[i], NULL);
     plan(rel, cur);
     pb_metrics_batch(cur->ob.n_events);
     cur->to_settle = true;
-    remember_unclean(rel, cur);
-    add_counts(rel, &job.counts);
-    rel->cur = 1 - rel->cur;
-    if (job.st != PB_OK) {
-        *err = job.err;
-        return job.st;
+    remember_unclean(cur);
+    rel->cur = (rel->cur + 1) % N_SLOTS;
+    for (int i = 0; i < 2; i++)
+        add_counts(rel, &jobs[i].counts);
+    for (int i = 0; i < 2; i++) {
+        if (jobs[i].st != PB_OK) {
+            *err = jobs[i].err;
+            return jobs[i].st;
+        }
     }
     return PB_OK;
 }
@@ -384,7 +427,7 @@ static pb_status_t relay_step(relay_t *rel, bool *idle, pb_error_t *err)
 static pb_status_t finish(relay_t *rel, pb_error_t *err)
 {
     pb_status_t st = PB_OK;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < N_SLOTS; i++) {
         slot_t *s = &rel->slots[i];
         if (!s->conn)
             continue;
@@ -399,7 +442,7 @@ static pb_status_t finish(relay_t *rel, pb_error_t *err)
             s->claimed = false;
         }
     }
-    rel->n_carry = 0; /* all outcomes are in the database now: the claim query sees them */
+    forget_unclean(rel); /* all outcomes are in the database now: the claim query sees them */
     return st;
 }
 
@@ -407,13 +450,13 @@ static void relay_free(relay_t *rel)
 {
     drop_pg(rel);
     pb_sink_free(rel->snk);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < N_SLOTS; i++) {
         free(rel->slots[i].results);
         free(rel->slots[i].plans);
         free(rel->slots[i].reasons);
+        pb_buf_free(&rel->slots[i].unclean);
     }
     free(rel->rejected);
-    pb_buf_free(&rel->carry);
 }
 
 pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
@@ -424,7 +467,7 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
     if (st != PB_OK)
         return st;
     size_t cap = (size_t)cfg->relay_batch_size;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < N_SLOTS; i++) {
         rel.slots[i].results = pb_malloc(cap * sizeof *rel.slots[i].results);
         rel.slots[i].plans = pb_malloc(cap * sizeof *rel.slots[i].plans);
         rel.slots[i].reasons = pb_malloc(cap * sizeof *rel.slots[i].reasons);
