@@ -19,17 +19,18 @@
 
 #define STATUS_CAP 1000000
 
-/* The relay takes pg_try_advisory_lock(hashtext('postbox.relay')): a one-bigint key, which
- * pg_locks shows split into classid (high 32 bits) and objid (low 32 bits), objsubid 1. */
+/* A relay owns shard s through pg_try_advisory_lock(hashtext('postbox.relay.shard'), s), which
+ * pg_locks shows as classid = the first key (as an oid), objid = s, objsubid 2 (relay/shards.h). */
 static const char owner_sql[] =
-    "WITH k AS (SELECT hashtext('postbox.relay')::bigint AS key) "
+    "WITH k AS (SELECT (hashtext('postbox.relay.shard')::bigint & 4294967295)::oid AS key) "
     "SELECT a.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local'), "
     "       to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
-    "       coalesce(a.state, '') "
+    "       coalesce(a.state, ''), string_agg(l.objid::text, ',' ORDER BY l.objid::text::int) "
     "FROM k, pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
     "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-    "  AND l.classid = ((k.key >> 32) & 4294967295)::oid AND l.objid = (k.key & 4294967295)::oid";
+    "  AND l.classid = k.key "
+    "GROUP BY 1, 2, 3, 4, 5 ORDER BY min(l.objid::text::int)";
 
 static const char inbox_sql[] =
     "WITH i AS (SELECT consumer, count(*) FILTER (WHERE processed_at IS NOT NULL) AS processed, "
@@ -95,13 +96,14 @@ static void print_table(json_t *o)
            (long long)json_integer_value(json_object_get(ob, "dead_letters")));
 
     json_t *owners = json_object_get(o, "relay_owners");
-    printf("\nrelay owner (advisory lock hashtext('postbox.relay'))\n");
+    printf("\nrelays (shard owners; relay.shards splits the aggregates)\n");
     if (json_array_size(owners) == 0)
         printf("  none: no relay is publishing\n");
     size_t i;
     json_t *v;
     json_array_foreach(owners, i, v)
-        printf("  pid %lld  application \"%s\"  client %s  since %s  state %s\n",
+        printf("  shards %s  pid %lld  application \"%s\"  client %s  since %s  state %s\n",
+               json_string_value(json_object_get(v, "shards")),
                (long long)json_integer_value(json_object_get(v, "pid")),
                json_string_value(json_object_get(v, "application_name")),
                json_string_value(json_object_get(v, "client_addr")),
@@ -211,11 +213,11 @@ int pb_cmd_status(pb_cli_t *cli)
     json_t *arr = json_array();
     for (int r = 0; r < PQntuples(owners); r++)
         json_array_append_new(
-            arr, json_pack("{s:I, s:s, s:s, s:s, s:s}", "pid",
+            arr, json_pack("{s:I, s:s, s:s, s:s, s:s, s:s}", "pid",
                            (json_int_t)strtoll(PQgetvalue(owners, r, 0), NULL, 10),
                            "application_name", PQgetvalue(owners, r, 1), "client_addr",
                            PQgetvalue(owners, r, 2), "backend_start", PQgetvalue(owners, r, 3),
-                           "state", PQgetvalue(owners, r, 4)));
+                           "state", PQgetvalue(owners, r, 4), "shards", PQgetvalue(owners, r, 5)));
     json_object_set_new(o, "relay_owners", arr);
     arr = json_array();
     for (int r = 0; r < PQntuples(inbox); r++) {

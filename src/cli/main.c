@@ -46,7 +46,7 @@ static void usage(FILE *out)
           "      --drain     exit 0 once the queue is empty\n"
           "  cdc drop-slot   remove the cdc replication slot and publication (refused while a\n"
           "                  relay streams it)\n"
-          "  status          backlog, lag, dead letters, inbox counts, relay owner, slot lag\n"
+          "  status          backlog, lag, dead letters, inbox counts, relay shard owners, slot lag\n"
           "      --json      one JSON object instead of the table\n"
           "      --max-backlog N, --max-lag DURATION, --max-dead N, --max-slot-lag BYTES\n"
           "                  exit 1 when a figure crosses the threshold (a check)\n"

@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/str.h"
+#include "relay/shards.h"
 #include "relay/support.h"
 #include "metrics/metrics.h"
 #include "metrics/service.h"
@@ -30,9 +31,6 @@
 
 #define FAC "relay"
 #define NOTIFY_CHANNEL "postbox_outbox"
-/* Only one relay publishes at a time (until sharding arrives): the others stand by on this
- * session advisory lock and take over when its holder's session ends. */
-#define RELAY_LOCK_SQL "SELECT pg_try_advisory_lock(hashtext('postbox.relay'))"
 #define IDLE_TICK_MS 1000
 
 /* Connections, each with its batch: one publishing, one settling, one claiming. */
@@ -60,6 +58,8 @@ typedef struct relay {
     pb_sink_t *snk;
     bool sink_up;
     int sink_attempt; /* consecutive failed connects, for the backoff */
+    pb_shards_t shards; /* owned through advisory locks held by slot 0's session */
+    int64_t next_balance;
     size_t *rejected; /* indexes of events rejected by the precheck, per batch */
     /* totals for the periodic log line */
     pb_relay_totals_t totals;
@@ -94,6 +94,7 @@ static void drop_pg(relay_t *rel)
         s->claimed = s->to_settle = false;
     }
     forget_unclean(rel);
+    pb_shards_reset(&rel->shards);
 }
 
 static void nap(relay_t *rel, int64_t ms)
@@ -130,22 +131,32 @@ static pb_status_t connect_pg(relay_t *rel, pb_error_t *err)
     }
     char where[256];
     pb_pg_describe(main_conn, where, sizeof where);
-    /* Stand by until this instance owns the outbox. */
+    if ((st = pb_shards_join(&rel->shards, main_conn, err)) != PB_OK) {
+        drop_pg(rel);
+        return st;
+    }
+    /* Stand by until this instance owns a shard. */
     bool said = false;
     while (!*rel->stop) {
-        PGresult *res = PQexec(main_conn, RELAY_LOCK_SQL);
-        if ((st = pb_pg_check(main_conn, res, PGRES_TUPLES_OK, "take relay lock", err)) != PB_OK) {
+        bool changed;
+        if ((st = pb_shards_balance(&rel->shards, main_conn, true, &changed, err)) != PB_OK) {
             drop_pg(rel);
             return st;
         }
-        bool owned = PQgetvalue(res, 0, 0)[0] == 't';
-        PQclear(res);
-        if (owned) {
-            log_info(FAC, "relaying from postgresql %s", where);
+        if (rel->shards.n_owned > 0) {
+            rel->next_balance = pb_monotonic_ms() + rel->cfg->relay_poll_interval;
+            if (rel->shards.n == 1) {
+                log_info(FAC, "relaying from postgresql %s", where);
+            } else {
+                char owned[256];
+                pb_shards_describe(&rel->shards, owned, sizeof owned);
+                log_info(FAC, "relaying from postgresql %s: shards %s of %d", where, owned,
+                         rel->shards.n);
+            }
             return PB_OK;
         }
         if (!said)
-            log_info(FAC, "another relay owns the outbox; standing by");
+            log_info(FAC, "other relays own every shard of the outbox; standing by");
         said = true;
         nap(rel, rel->cfg->relay_poll_interval);
     }
@@ -335,7 +346,8 @@ static void add_counts(relay_t *rel, const pb_settle_counts_t *c)
 
 static pb_status_t claim(relay_t *rel, slot_t *s, pb_error_t *err)
 {
-    pb_status_t st = pb_outbox_claim(&s->ob, (int)rel->cfg->relay_batch_size, err);
+    pb_status_t st = pb_outbox_claim(&s->ob, (int)rel->cfg->relay_batch_size, rel->shards.n,
+                                     rel->shards.owned_sql.data, err);
     s->claimed = st == PB_OK;
     return st;
 }
@@ -446,6 +458,31 @@ static pb_status_t finish(relay_t *rel, pb_error_t *err)
     return st;
 }
 
+/* Between steps: takes shards that came free (an instance died) and gives away those above the
+ * fair share (an instance joined), after writing and letting go of every batch in hand. */
+static pb_status_t balance(relay_t *rel, pb_error_t *err)
+{
+    int64_t now = pb_monotonic_ms();
+    if (rel->shards.n == 1 || now < rel->next_balance)
+        return PB_OK;
+    rel->next_balance = now + rel->cfg->relay_poll_interval;
+    PGconn *conn = rel->slots[0].conn;
+    bool changed;
+    pb_status_t st = pb_shards_balance(&rel->shards, conn, false, &changed, err);
+    if (st == PB_OK && pb_shards_excess(&rel->shards)) {
+        if ((st = finish(rel, err)) != PB_OK)
+            return st;
+        st = pb_shards_balance(&rel->shards, conn, true, &changed, err);
+    }
+    if (st == PB_OK && changed) {
+        char owned[256];
+        pb_shards_describe(&rel->shards, owned, sizeof owned);
+        log_info(FAC, "now relaying shards %s of %d (fair share %d)", owned, rel->shards.n,
+                 rel->shards.fair);
+    }
+    return st;
+}
+
 static void relay_free(relay_t *rel)
 {
     drop_pg(rel);
@@ -457,6 +494,7 @@ static void relay_free(relay_t *rel)
         pb_buf_free(&rel->slots[i].unclean);
     }
     free(rel->rejected);
+    pb_shards_free(&rel->shards);
 }
 
 pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
@@ -473,6 +511,7 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
         rel.slots[i].reasons = pb_malloc(cap * sizeof *rel.slots[i].reasons);
     }
     rel.rejected = pb_malloc(cap * sizeof *rel.rejected);
+    pb_shards_init(&rel.shards, (int)cfg->relay_shards);
     rel.totals.logged_at = pb_monotonic_ms();
     pb_ops_t *ops; /* /metrics, /healthz, /readyz; backlog sampling and retention purge */
     if ((st = pb_ops_start(cfg, "relay", &ops, err)) != PB_OK) {
@@ -501,6 +540,13 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
                     break;
                 continue;
             }
+        }
+        if ((st = balance(&rel, err)) != PB_OK) {
+            if (st == PB_FATAL)
+                break;
+            log_warn(FAC, "postgresql: %s; reconnecting", err->msg);
+            drop_pg(&rel);
+            continue;
         }
         bool idle;
         st = relay_step(&rel, &idle, err);

@@ -8,7 +8,8 @@
 
 /* An event is due when its retry time has come and no earlier event of its aggregate is waiting
  * for a retry (that one must go first: per-aggregate order). The NOT EXISTS probes the
- * outbox_retrying index, which is empty while nothing fails. */
+ * outbox_retrying index, which is empty while nothing fails. $2 is relay.shards, $3 the shards
+ * this instance owns (see relay/shards.h). */
 static const char claim_sql[] =
     "SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text, "
     "       o.headers::text, o.destination, "
@@ -20,6 +21,7 @@ static const char claim_sql[] =
     "                    AND b.aggregate_type = o.aggregate_type "
     "                    AND b.aggregate_id = o.aggregate_id "
     "                    AND b.id < o.id AND b.next_attempt_at > now()) "
+    "  AND ($2::int = 1 OR " PB_OUTBOX_SHARD_SQL("o") " % $2::int = ANY($3::int[])) "
     "ORDER BY o.id LIMIT $1 "
     "FOR UPDATE OF o SKIP LOCKED";
 
@@ -94,16 +96,18 @@ pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err)
     return PB_OK;
 }
 
-pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, pb_error_t *err)
+pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *owned,
+                            pb_error_t *err)
 {
     clear_batch(ob);
     pb_status_t st = pb_pg_exec(ob->conn, "BEGIN", err);
     if (st != PB_OK)
         return st;
-    char limit_text[16];
+    char limit_text[16], shards_text[16];
     snprintf(limit_text, sizeof limit_text, "%d", limit);
-    const char *params[1] = {limit_text};
-    PGresult *res = PQexecPrepared(ob->conn, "pb_claim", 1, params, NULL, NULL, 0);
+    snprintf(shards_text, sizeof shards_text, "%d", shards);
+    const char *params[3] = {limit_text, shards_text, owned};
+    PGresult *res = PQexecPrepared(ob->conn, "pb_claim", 3, params, NULL, NULL, 0);
     if ((st = pb_pg_check(ob->conn, res, PGRES_TUPLES_OK, "claim outbox batch", err)) != PB_OK) {
         pb_outbox_rollback(ob);
         return st;

@@ -27,6 +27,9 @@
     "  SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "       \
     "         destination, created_at, now(), attempts, last_error FROM moved RETURNING id) "
 
+/* The shard of an outbox row (alias a) for relay.shards = n: this expression % n. */
+#define PB_OUTBOX_SHARD_SQL(a) "(hashtext(" a ".aggregate_type || '/' || " a ".aggregate_id) & 2147483647)"
+
 typedef struct pb_outbox {
     PGconn *conn;           /* borrowed */
     bool delete_on_publish; /* on_publish = delete */
@@ -60,9 +63,11 @@ void pb_outbox_free(pb_outbox_t *ob);
 pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err) PB_MUSTCHECK;
 
 /* BEGIN, then claims up to limit due events in id order, skipping events whose aggregate has an
- * earlier event waiting for a retry. ob->events / n_events hold the batch (possibly empty: the
+ * earlier event waiting for a retry; with shards > 1 only events of the shards listed in owned
+ * (an int[] literal such as "{0,3}"). ob->events / n_events hold the batch (possibly empty: the
  * transaction is then still open; settle or rollback ends it). */
-pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, pb_error_t *err) PB_MUSTCHECK;
+pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *owned,
+                            pb_error_t *err) PB_MUSTCHECK;
 
 /* Writes results (published, retried with plan delay, dead-lettered) and COMMITs. */
 pb_status_t pb_outbox_settle(pb_outbox_t *ob, const pb_result_t *results,

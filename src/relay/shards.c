@@ -1,0 +1,219 @@
+#include "relay/shards.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "store/pg.h"
+
+#define FAC "relay"
+
+/* pg_locks shows a two-int4 advisory lock as classid = key1 (as an oid), objid = key2,
+ * objsubid = 2. */
+#define KEYS_CTE                                                                              \
+    "WITH k AS (SELECT (hashtext('postbox.relay.member')::bigint & 4294967295)::oid AS member, " \
+    "                  (hashtext('postbox.relay.shard')::bigint & 4294967295)::oid AS shard, "   \
+    "                  (SELECT oid FROM pg_database WHERE datname = current_database()) AS db) "
+#define ADVISORY "l.locktype = 'advisory' AND l.database = k.db AND l.objsubid = 2 AND l.granted "
+
+static const char join_sql[] =
+    "SELECT pg_advisory_lock_shared(hashtext('postbox.relay.member'), $1::int)";
+
+static const char others_sql[] =
+    KEYS_CTE "SELECT coalesce(string_agg(DISTINCT l.objid::text, ', '), '') "
+             "FROM pg_locks l, k WHERE " ADVISORY "AND l.classid = k.member "
+             "AND l.objid <> $1::int::oid";
+
+static const char state_sql[] =
+    KEYS_CTE "SELECT (SELECT count(DISTINCT l.pid) FROM pg_locks l, k WHERE " ADVISORY
+             "          AND l.classid = k.member AND l.objid = $1::int::oid), "
+             "       (SELECT coalesce(array_agg(l.objid::int), '{}') FROM pg_locks l, k WHERE "
+             ADVISORY "AND l.classid = k.shard AND l.pid <> pg_backend_pid())::text";
+
+static const char take_sql[] =
+    "SELECT pg_try_advisory_lock(hashtext('postbox.relay.shard'), $1::int)";
+static const char give_sql[] =
+    "SELECT pg_advisory_unlock(hashtext('postbox.relay.shard'), $1::int)";
+
+void pb_shards_init(pb_shards_t *sh, int n)
+{
+    memset(sh, 0, sizeof *sh);
+    sh->n = n;
+    sh->owned = calloc((size_t)n, sizeof *sh->owned);
+    if (!sh->owned) {
+        fputs("postbox: out of memory\n", stderr);
+        abort();
+    }
+    pb_buf_puts(&sh->owned_sql, "{}");
+}
+
+void pb_shards_free(pb_shards_t *sh)
+{
+    free(sh->owned);
+    pb_buf_free(&sh->owned_sql);
+    memset(sh, 0, sizeof *sh);
+}
+
+static void rebuild_sql(pb_shards_t *sh)
+{
+    pb_buf_reset(&sh->owned_sql);
+    pb_buf_putc(&sh->owned_sql, '{');
+    int k = 0;
+    for (int i = 0; i < sh->n; i++)
+        if (sh->owned[i])
+            pb_buf_printf(&sh->owned_sql, "%s%d", k++ ? "," : "", i);
+    pb_buf_putc(&sh->owned_sql, '}');
+}
+
+void pb_shards_reset(pb_shards_t *sh)
+{
+    memset(sh->owned, 0, (size_t)sh->n * sizeof *sh->owned);
+    sh->n_owned = 0;
+    sh->fair = 0;
+    rebuild_sql(sh);
+}
+
+/* Runs a one-row, one-column query with the integer parameter v; *res holds it on success. */
+static pb_status_t query_int(PGconn *conn, const char *sql, int v, const char *what,
+                             PGresult **res, pb_error_t *err)
+{
+    char text[16];
+    snprintf(text, sizeof text, "%d", v);
+    const char *params[1] = {text};
+    *res = PQexecParams(conn, sql, 1, NULL, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(conn, *res, PGRES_TUPLES_OK, what, err);
+    if (st == PB_OK && (PQntuples(*res) != 1 || PQnfields(*res) < 1)) {
+        PQclear(*res);
+        return pb_fail(err, PB_FATAL, "%s: unexpected result shape", what);
+    }
+    return st;
+}
+
+pb_status_t pb_shards_join(pb_shards_t *sh, PGconn *conn, pb_error_t *err)
+{
+    PGresult *res;
+    pb_status_t st = query_int(conn, join_sql, sh->n, "announce the relay instance", &res, err);
+    if (st != PB_OK)
+        return st;
+    PQclear(res);
+    if ((st = query_int(conn, others_sql, sh->n, "look for relays with another shard count", &res,
+                        err)) != PB_OK)
+        return st;
+    const char *other = PQgetvalue(res, 0, 0);
+    if (*other) {
+        st = pb_fail(err, PB_FATAL,
+                     "relay.shards is %d here but another relay of this database runs with "
+                     "relay.shards = %s: their shards would overlap and reorder aggregates; give "
+                     "every instance the same value",
+                     sh->n, other);
+    }
+    PQclear(res);
+    return st;
+}
+
+/* Parses "{1,5,9}" into flags (shards owned by others). */
+static void parse_taken(const char *text, bool *taken, int n)
+{
+    const char *p = text;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end != p) {
+            if (v >= 0 && v < n)
+                taken[v] = true;
+            p = end;
+        } else {
+            p++;
+        }
+    }
+}
+
+static pb_status_t lock_call(PGconn *conn, const char *sql, int shard, bool *ok, pb_error_t *err)
+{
+    PGresult *res;
+    pb_status_t st = query_int(conn, sql, shard, "shard lock", &res, err);
+    if (st != PB_OK)
+        return st;
+    *ok = PQgetvalue(res, 0, 0)[0] == 't';
+    PQclear(res);
+    return PB_OK;
+}
+
+pb_status_t pb_shards_balance(pb_shards_t *sh, PGconn *conn, bool may_release, bool *changed,
+                              pb_error_t *err)
+{
+    *changed = false;
+    PGresult *res;
+    pb_status_t st = query_int(conn, state_sql, sh->n, "read the shard owners", &res, err);
+    if (st != PB_OK)
+        return st;
+    long live = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+    if (live < 1)
+        live = 1;
+    sh->fair = (int)((sh->n + live - 1) / live);
+    bool *taken = calloc((size_t)sh->n, sizeof *taken);
+    if (!taken) {
+        fputs("postbox: out of memory\n", stderr);
+        abort();
+    }
+    parse_taken(PQgetvalue(res, 0, 1), taken, sh->n);
+    PQclear(res);
+
+    for (int i = 0; i < sh->n && sh->n_owned < sh->fair && st == PB_OK; i++) {
+        if (sh->owned[i] || taken[i])
+            continue;
+        bool ok;
+        if ((st = lock_call(conn, take_sql, i, &ok, err)) == PB_OK && ok) {
+            sh->owned[i] = true;
+            sh->n_owned++;
+            *changed = true;
+        }
+    }
+    /* give away from the top, so that the low shards stay where they are */
+    for (int i = sh->n - 1; i >= 0 && may_release && sh->n_owned > sh->fair && st == PB_OK; i--) {
+        if (!sh->owned[i])
+            continue;
+        bool ok;
+        if ((st = lock_call(conn, give_sql, i, &ok, err)) == PB_OK) {
+            sh->owned[i] = false;
+            sh->n_owned--;
+            *changed = true;
+            if (!ok)
+                log_warn(FAC, "shard %d was not locked by this session", i);
+        }
+    }
+    free(taken);
+    if (*changed)
+        rebuild_sql(sh);
+    return st;
+}
+
+bool pb_shards_excess(const pb_shards_t *sh)
+{
+    return sh->fair > 0 && sh->n_owned > sh->fair;
+}
+
+void pb_shards_describe(const pb_shards_t *sh, char *out, size_t outsz)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = 0; i < sh->n; i++) {
+        if (!sh->owned[i])
+            continue;
+        int j = i;
+        while (j + 1 < sh->n && sh->owned[j + 1])
+            j++;
+        int w = j > i ? snprintf(out + len, outsz - len, "%s%d-%d", len ? "," : "", i, j)
+                      : snprintf(out + len, outsz - len, "%s%d", len ? "," : "", i);
+        if (w < 0 || (size_t)w >= outsz - len) {
+            if (outsz > 4)
+                snprintf(out + outsz - 4, 4, "...");
+            return;
+        }
+        len += (size_t)w;
+        i = j;
+    }
+    if (len == 0)
+        snprintf(out, outsz, "none");
+}

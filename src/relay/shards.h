@@ -1,0 +1,52 @@
+/* Shards: how several relay instances share the outbox without reordering an aggregate.
+ *
+ * Every event belongs to shard hash(aggregate_type/aggregate_id) % relay.shards. A shard is
+ * relayed by the one instance that holds its session advisory lock (key pair
+ * hashtext('postbox.relay.shard'), shard), so all events of an aggregate pass through one
+ * instance at a time, in id order. Instances announce themselves with a shared lock on
+ * (hashtext('postbox.relay.member'), shards); each takes up to its fair share,
+ * ceil(shards / instances), and gives away the excess so that a newcomer gets work. A shard
+ * whose owner dies is free the moment PostgreSQL ends its session, and the next balance round
+ * of another instance takes it. With relay.shards = 1 this is the single active relay with hot
+ * standbys. */
+#ifndef PB_RELAY_SHARDS_H
+#define PB_RELAY_SHARDS_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/err.h"
+#include "common/str.h"
+
+typedef struct pb_shards {
+    int n;              /* relay.shards */
+    bool *owned;        /* n flags */
+    int n_owned;
+    int fair;           /* the fair share found by the last balance round */
+    pb_buf_t owned_sql; /* "{1,5,9}": the claim query's parameter */
+} pb_shards_t;
+
+void pb_shards_init(pb_shards_t *sh, int n);
+void pb_shards_free(pb_shards_t *sh);
+
+/* Forgets ownership (the session that held the locks is gone). */
+void pb_shards_reset(pb_shards_t *sh);
+
+/* Announces this instance on conn (the session that will hold the shard locks). PB_FATAL when
+ * another instance runs with a different relay.shards: their shards would overlap. */
+pb_status_t pb_shards_join(pb_shards_t *sh, PGconn *conn, pb_error_t *err) PB_MUSTCHECK;
+
+/* Takes free shards up to the fair share. When may_release, also gives back what exceeds it
+ * (the caller has nothing of those shards claimed or unsettled). *changed tells whether the
+ * owned set changed. */
+pb_status_t pb_shards_balance(pb_shards_t *sh, PGconn *conn, bool may_release, bool *changed,
+                              pb_error_t *err) PB_MUSTCHECK;
+
+/* Whether the last balance found more shards owned than the fair share (a release is due). */
+bool pb_shards_excess(const pb_shards_t *sh);
+
+/* "0-3,7" for log lines. */
+void pb_shards_describe(const pb_shards_t *sh, char *out, size_t outsz);
+
+#endif
