@@ -97,6 +97,15 @@ static void drop_pg(relay_t *rel)
     pb_shards_reset(&rel->shards);
 }
 
+/* Balances the shards (see shards.h) with every slot's session. */
+static pb_status_t balance_shards(relay_t *rel, bool may_release, bool *changed, pb_error_t *err)
+{
+    PGconn *conns[N_SLOTS];
+    for (int i = 0; i < N_SLOTS; i++)
+        conns[i] = rel->slots[i].conn;
+    return pb_shards_balance(&rel->shards, conns, N_SLOTS, may_release, changed, err);
+}
+
 static void nap(relay_t *rel, int64_t ms)
 {
     pb_nap(rel->stop, ms);
@@ -139,11 +148,11 @@ static pb_status_t connect_pg(relay_t *rel, pb_error_t *err)
     bool said = false;
     while (!*rel->stop) {
         bool changed;
-        if ((st = pb_shards_balance(&rel->shards, main_conn, true, &changed, err)) != PB_OK) {
+        if ((st = balance_shards(rel, true, &changed, err)) != PB_OK) {
             drop_pg(rel);
             return st;
         }
-        if (rel->shards.n_owned > 0) {
+        if (pb_shards_usable(&rel->shards)) {
             rel->next_balance = pb_monotonic_ms() + rel->cfg->relay_poll_interval;
             if (rel->shards.n == 1) {
                 log_info(FAC, "relaying from postgresql %s", where);
@@ -156,7 +165,8 @@ static pb_status_t connect_pg(relay_t *rel, pb_error_t *err)
             return PB_OK;
         }
         if (!said)
-            log_info(FAC, "other relays own every shard of the outbox; standing by");
+            log_info(FAC, "other relays own every shard of the outbox (or their last sessions "
+                          "are still ending); standing by");
         said = true;
         nap(rel, rel->cfg->relay_poll_interval);
     }
@@ -466,13 +476,14 @@ static pb_status_t balance(relay_t *rel, pb_error_t *err)
     if (rel->shards.n == 1 || now < rel->next_balance)
         return PB_OK;
     rel->next_balance = now + rel->cfg->relay_poll_interval;
-    PGconn *conn = rel->slots[0].conn;
     bool changed;
-    pb_status_t st = pb_shards_balance(&rel->shards, conn, false, &changed, err);
+    pb_status_t st = balance_shards(rel, false, &changed, err);
     if (st == PB_OK && pb_shards_excess(&rel->shards)) {
+        bool more;
         if ((st = finish(rel, err)) != PB_OK)
             return st;
-        st = pb_shards_balance(&rel->shards, conn, true, &changed, err);
+        st = balance_shards(rel, true, &more, err);
+        changed = changed || more;
     }
     if (st == PB_OK && changed) {
         char owned[256];

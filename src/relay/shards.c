@@ -35,13 +35,22 @@ static const char take_sql[] =
     "SELECT pg_try_advisory_lock(hashtext('postbox.relay.shard'), $1::int)";
 static const char give_sql[] =
     "SELECT pg_advisory_unlock(hashtext('postbox.relay.shard'), $1::int)";
+/* exclusive for a moment: succeeds only when no session holds the guard shared any more */
+static const char fence_sql[] =
+    "SELECT CASE WHEN pg_try_advisory_lock(hashtext('postbox.relay.guard'), $1::int) "
+    "            THEN pg_advisory_unlock(hashtext('postbox.relay.guard'), $1::int) ELSE false END";
+static const char guard_sql[] =
+    "SELECT true FROM pg_advisory_lock_shared(hashtext('postbox.relay.guard'), $1::int)";
+static const char unguard_sql[] =
+    "SELECT pg_advisory_unlock_shared(hashtext('postbox.relay.guard'), $1::int)";
 
 void pb_shards_init(pb_shards_t *sh, int n)
 {
     memset(sh, 0, sizeof *sh);
     sh->n = n;
     sh->owned = calloc((size_t)n, sizeof *sh->owned);
-    if (!sh->owned) {
+    sh->usable = calloc((size_t)n, sizeof *sh->usable);
+    if (!sh->owned || !sh->usable) {
         fputs("postbox: out of memory\n", stderr);
         abort();
     }
@@ -51,6 +60,7 @@ void pb_shards_init(pb_shards_t *sh, int n)
 void pb_shards_free(pb_shards_t *sh)
 {
     free(sh->owned);
+    free(sh->usable);
     pb_buf_free(&sh->owned_sql);
     memset(sh, 0, sizeof *sh);
 }
@@ -61,7 +71,7 @@ static void rebuild_sql(pb_shards_t *sh)
     pb_buf_putc(&sh->owned_sql, '{');
     int k = 0;
     for (int i = 0; i < sh->n; i++)
-        if (sh->owned[i])
+        if (sh->usable[i])
             pb_buf_printf(&sh->owned_sql, "%s%d", k++ ? "," : "", i);
     pb_buf_putc(&sh->owned_sql, '}');
 }
@@ -69,6 +79,7 @@ static void rebuild_sql(pb_shards_t *sh)
 void pb_shards_reset(pb_shards_t *sh)
 {
     memset(sh->owned, 0, (size_t)sh->n * sizeof *sh->owned);
+    memset(sh->usable, 0, (size_t)sh->n * sizeof *sh->usable);
     sh->n_owned = 0;
     sh->fair = 0;
     rebuild_sql(sh);
@@ -140,10 +151,48 @@ static pb_status_t lock_call(PGconn *conn, const char *sql, int shard, bool *ok,
     return PB_OK;
 }
 
-pb_status_t pb_shards_balance(pb_shards_t *sh, PGconn *conn, bool may_release, bool *changed,
-                              pb_error_t *err)
+/* Fences shard i and takes its guard on every session: the shard becomes usable. */
+static pb_status_t make_usable(pb_shards_t *sh, PGconn *const *conns, int nconns, int i,
+                               bool *done, pb_error_t *err)
+{
+    bool ok;
+    pb_status_t st = lock_call(conns[0], fence_sql, i, &ok, err);
+    *done = false;
+    if (st != PB_OK || !ok)
+        return st; /* a session of the previous owner still lives: next round */
+    for (int c = 0; c < nconns && st == PB_OK; c++)
+        st = lock_call(conns[c], guard_sql, i, &ok, err);
+    if (st == PB_OK) {
+        sh->usable[i] = true;
+        *done = true;
+    }
+    return st;
+}
+
+static pb_status_t give_back(pb_shards_t *sh, PGconn *const *conns, int nconns, int i,
+                             pb_error_t *err)
+{
+    bool ok;
+    pb_status_t st = PB_OK;
+    if (sh->usable[i])
+        for (int c = 0; c < nconns && st == PB_OK; c++)
+            st = lock_call(conns[c], unguard_sql, i, &ok, err);
+    if (st == PB_OK)
+        st = lock_call(conns[0], give_sql, i, &ok, err);
+    if (st == PB_OK) {
+        if (!ok)
+            log_warn(FAC, "shard %d was not locked by this session", i);
+        sh->owned[i] = sh->usable[i] = false;
+        sh->n_owned--;
+    }
+    return st;
+}
+
+pb_status_t pb_shards_balance(pb_shards_t *sh, PGconn *const *conns, int nconns, bool may_release,
+                              bool *changed, pb_error_t *err)
 {
     *changed = false;
+    PGconn *conn = conns[0];
     PGresult *res;
     pb_status_t st = query_int(conn, state_sql, sh->n, "read the shard owners", &res, err);
     if (st != PB_OK)
@@ -167,26 +216,34 @@ pb_status_t pb_shards_balance(pb_shards_t *sh, PGconn *conn, bool may_release, b
         if ((st = lock_call(conn, take_sql, i, &ok, err)) == PB_OK && ok) {
             sh->owned[i] = true;
             sh->n_owned++;
-            *changed = true;
         }
     }
     /* give away from the top, so that the low shards stay where they are */
     for (int i = sh->n - 1; i >= 0 && may_release && sh->n_owned > sh->fair && st == PB_OK; i--) {
         if (!sh->owned[i])
             continue;
-        bool ok;
-        if ((st = lock_call(conn, give_sql, i, &ok, err)) == PB_OK) {
-            sh->owned[i] = false;
-            sh->n_owned--;
+        bool was_usable = sh->usable[i];
+        if ((st = give_back(sh, conns, nconns, i, err)) == PB_OK && was_usable)
             *changed = true;
-            if (!ok)
-                log_warn(FAC, "shard %d was not locked by this session", i);
-        }
+    }
+    for (int i = 0; i < sh->n && st == PB_OK; i++) {
+        bool done;
+        if (sh->owned[i] && !sh->usable[i] &&
+            (st = make_usable(sh, conns, nconns, i, &done, err)) == PB_OK && done)
+            *changed = true;
     }
     free(taken);
     if (*changed)
         rebuild_sql(sh);
     return st;
+}
+
+bool pb_shards_usable(const pb_shards_t *sh)
+{
+    for (int i = 0; i < sh->n; i++)
+        if (sh->usable[i])
+            return true;
+    return false;
 }
 
 bool pb_shards_excess(const pb_shards_t *sh)
@@ -199,10 +256,10 @@ void pb_shards_describe(const pb_shards_t *sh, char *out, size_t outsz)
     size_t len = 0;
     out[0] = '\0';
     for (int i = 0; i < sh->n; i++) {
-        if (!sh->owned[i])
+        if (!sh->usable[i])
             continue;
         int j = i;
-        while (j + 1 < sh->n && sh->owned[j + 1])
+        while (j + 1 < sh->n && sh->usable[j + 1])
             j++;
         int w = j > i ? snprintf(out + len, outsz - len, "%s%d-%d", len ? "," : "", i, j)
                       : snprintf(out + len, outsz - len, "%s%d", len ? "," : "", i);

@@ -8,7 +8,14 @@
  * ceil(shards / instances), and gives away the excess so that a newcomer gets work. A shard
  * whose owner dies is free the moment PostgreSQL ends its session, and the next balance round
  * of another instance takes it. With relay.shards = 1 this is the single active relay with hot
- * standbys. */
+ * standbys.
+ *
+ * The shard lock lives in one session, but the relay claims batches on several. A dying instance
+ * does not lose all its sessions at the same instant, and a batch still locked by one of them
+ * would be skipped (SKIP LOCKED) by a new owner, which would then publish later events of the
+ * same aggregates first. So every session of an owner also holds a shared "guard" lock
+ * (hashtext('postbox.relay.guard'), shard), and a new owner uses a shard only once it could take
+ * that guard exclusively for a moment: when no session of the previous owner is left. */
 #ifndef PB_RELAY_SHARDS_H
 #define PB_RELAY_SHARDS_H
 
@@ -21,7 +28,8 @@
 
 typedef struct pb_shards {
     int n;              /* relay.shards */
-    bool *owned;        /* n flags */
+    bool *owned;        /* n flags: shard lock held */
+    bool *usable;       /* n flags: owned and fenced (guard held by every session): claimable */
     int n_owned;
     int fair;           /* the fair share found by the last balance round */
     pb_buf_t owned_sql; /* "{1,5,9}": the claim query's parameter */
@@ -37,16 +45,21 @@ void pb_shards_reset(pb_shards_t *sh);
  * another instance runs with a different relay.shards: their shards would overlap. */
 pb_status_t pb_shards_join(pb_shards_t *sh, PGconn *conn, pb_error_t *err) PB_MUSTCHECK;
 
-/* Takes free shards up to the fair share. When may_release, also gives back what exceeds it
- * (the caller has nothing of those shards claimed or unsettled). *changed tells whether the
- * owned set changed. */
-pb_status_t pb_shards_balance(pb_shards_t *sh, PGconn *conn, bool may_release, bool *changed,
-                              pb_error_t *err) PB_MUSTCHECK;
+/* Takes free shards up to the fair share on conns[0] (the session that joined), and makes the
+ * owned shards usable once the previous owner's sessions are gone, taking the shared guard on
+ * every one of conns. When may_release, also gives back what exceeds the share (the caller has
+ * nothing of those shards claimed or unsettled). *changed tells whether the usable set changed
+ * (owned_sql lists the usable shards). */
+pb_status_t pb_shards_balance(pb_shards_t *sh, PGconn *const *conns, int nconns, bool may_release,
+                              bool *changed, pb_error_t *err) PB_MUSTCHECK;
+
+/* Whether any shard is usable. */
+bool pb_shards_usable(const pb_shards_t *sh);
 
 /* Whether the last balance found more shards owned than the fair share (a release is due). */
 bool pb_shards_excess(const pb_shards_t *sh);
 
-/* "0-3,7" for log lines. */
+/* Usable shards, as "0-3,7" for log lines. */
 void pb_shards_describe(const pb_shards_t *sh, char *out, size_t outsz);
 
 #endif
