@@ -1,5 +1,7 @@
 #include "consume/consume.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +85,34 @@ static void nap(consumer_t *c, int64_t ms)
         pb_sleep_ms(until - pb_monotonic_ms() < 200 ? until - pb_monotonic_ms() : 200);
 }
 
+/* While PostgreSQL works on a batch (lane 0, on the consumer's thread): decodes the broker's
+ * next deliveries as they come, so that the next receive finds its batch ready instead of
+ * leaving PostgreSQL idle. Returns once pg_fd is readable. */
+static void read_ahead(void *arg, int pg_fd)
+{
+    consumer_t *c = arg;
+    size_t max = (size_t)c->cfg->consume_batch_size;
+    for (;;) {
+        int src_fd = c->src_up && c->src->ops->prefetch ? c->src->ops->prefetch_fd(c->src, max)
+                                                         : -1;
+        struct pollfd p[2] = {{.fd = pg_fd, .events = POLLIN}, {.fd = src_fd, .events = POLLIN}};
+        int rc = poll(p, src_fd >= 0 ? 2 : 1, -1);
+        if (rc < 0 && errno == EINTR)
+            continue; /* a signal: the batch is finished first all the same */
+        if (rc < 0 || p[0].revents)
+            return; /* libpq takes it from here, errors included */
+        if (!p[1].revents)
+            continue;
+        pb_error_t src_err;
+        if (c->src->ops->prefetch(c->src, max, &src_err) != PB_OK) {
+            /* the batch in flight commits all the same; it is not acknowledged (the broker
+             * redelivers it and the inbox absorbs that) */
+            log_warn(FAC, "%s broker connection lost: %s", c->src->ops->name, src_err.msg);
+            drop_source(c);
+        }
+    }
+}
+
 static pb_status_t connect_pg(consumer_t *c, pb_error_t *err)
 {
     for (int l = 0; l < c->n_lanes; l++) {
@@ -100,6 +130,7 @@ static pb_status_t connect_pg(consumer_t *c, pb_error_t *err)
             return st;
         }
     }
+    pb_inbox_set_wait(&c->lanes[0].ib, read_ahead, c);
     c->pg_up = true;
     char where[256];
     pb_pg_describe(c->lanes[0].conn, where, sizeof where);

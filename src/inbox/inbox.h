@@ -1,11 +1,15 @@
 /* The inbox writer of `postbox consume`: handles a batch of messages in one transaction.
  *
- * The inbox rows of the whole batch go in with one INSERT ... ON CONFLICT DO NOTHING; for every
- * message whose row is new the SQL handler for its type follows, pipelined (one round trip for
- * the whole batch). Handlers run without savepoints while nothing fails; a failure makes the
- * batch run again with a savepoint around each handler, so that only the failing one is undone. A failing handler is rolled back to its savepoint and recorded in inbox_failures; after
- * max_attempts the message moves to inbox_dead. The caller commits nothing: pb_inbox_handle
- * commits, and only then may the caller acknowledge to the broker. */
+ * Fast path, for a batch of first deliveries that all have an id and a handler: one pipeline,
+ * one round trip: BEGIN, the inbox rows of the whole batch in one INSERT that fails unless every
+ * row is new, each message's SQL handler, COMMIT. If anything fails, nothing is committed and the
+ * batch goes the careful way: the INSERT ... ON CONFLICT DO NOTHING tells the new messages from
+ * the duplicates, then the handlers of the new ones follow, pipelined. Handlers run without
+ * savepoints while nothing fails; a failure makes the batch run again with a savepoint around
+ * each handler, so that only the failing one is undone. A failing handler is rolled back to its
+ * savepoint and recorded in inbox_failures; after max_attempts the message moves to inbox_dead.
+ * The caller commits nothing: pb_inbox_handle commits, and only then may the caller acknowledge
+ * to the broker. */
 #ifndef PB_INBOX_INBOX_H
 #define PB_INBOX_INBOX_H
 
@@ -41,12 +45,16 @@ typedef struct pb_inbox {
     const pb_config_t *cfg;
     size_t n_handlers;
     char **handler_types; /* message type per handler, NULL for the default one */
+    char (*handler_names)[32]; /* prepared statement per handler */
     pb_buf_t scratch;     /* array literals, metadata JSON */
     int *handler_of;      /* per message in the batch: handler index, -1 none */
     int *state;           /* per message: internal progress */
     char (*errors)[256];  /* per message: failure text */
     size_t cap;
     int careful_batches; /* how many more batches run with a savepoint per message */
+    int slow_batches;    /* how many more batches skip the fast path (it met duplicates) */
+    void (*wait_fn)(void *arg, int pg_fd); /* see pb_inbox_set_wait */
+    void *wait_arg;
 } pb_inbox_t;
 
 /* Prepares statements on conn (call after every reconnect). Fails when a handler's SQL does not
@@ -54,6 +62,15 @@ typedef struct pb_inbox {
 pb_status_t pb_inbox_init(pb_inbox_t *ib, PGconn *conn, const pb_config_t *cfg,
                           pb_error_t *err) PB_MUSTCHECK;
 void pb_inbox_free(pb_inbox_t *ib);
+
+/* While the fast path waits for PostgreSQL, fn(arg, socket of conn) is called instead of
+ * sleeping; it may do other work and returns once the socket may be readable (spurious returns
+ * are fine). Call after pb_inbox_init; fn runs on the thread calling pb_inbox_handle. */
+static inline void pb_inbox_set_wait(pb_inbox_t *ib, void (*fn)(void *arg, int pg_fd), void *arg)
+{
+    ib->wait_fn = fn;
+    ib->wait_arg = arg;
+}
 
 /* Handles msgs[0..n) in one transaction and commits. verdicts[i] says what to tell the broker
  * about msgs[i] once this returned PB_OK. On an error nothing was committed: acknowledge nothing

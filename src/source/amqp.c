@@ -6,8 +6,10 @@
  * message: once basic.deliver is read, its content header and body frames are read to the end
  * (bounded by amqp.confirm_timeout), so no half-assembled message is carried between calls.
  *
- * Memory: the strings handed out in pb_message_t live in `arena`, an amqp_pool_t recycled at the
- * start of each receive (pages are kept, so a steady stream allocates nothing). rabbitmq-c
+ * Memory: the strings handed out in pb_message_t live in an arena, an amqp_pool_t recycled at the
+ * start of each receive (pages are kept, so a steady stream allocates nothing). There are two:
+ * prefetch, called while the consumer waits for the database, decodes the next deliveries into
+ * the other one, which the next receive then makes current. rabbitmq-c
  * decodes every frame into its per-channel pool; those pools are released with
  * amqp_maybe_release_buffers at the end of each receive, when everything needed has been copied
  * (the library skips the release while a frame is half read or frames are queued).
@@ -56,7 +58,11 @@ typedef struct amqp_source {
     pb_amqp_link_t link; /* link.conn NULL while disconnected */
     uint64_t last_tag; /* highest delivery tag received on this channel (0 after connect) */
     uint64_t epoch;    /* counts connects (mod 2^16), in the upper bits of pb_message_t.tag */
-    amqp_pool_t arena; /* strings of the current batch */
+    amqp_pool_t arenas[2]; /* strings of the batch handed out [cur] and of the prefetched [!cur] */
+    int cur;
+    amqp_pool_t *arena;      /* where decoding writes now: arenas[cur] or, in prefetch, [!cur] */
+    pb_message_t *pending;   /* prefetched deliveries, for the next receive */
+    size_t n_pending, cap_pending;
     pb_buf_t scratch;  /* headers JSON of the message being read */
 } amqp_source_t;
 
@@ -71,7 +77,7 @@ static amqp_bytes_t cbytes(const char *s)
 /* n bytes of the batch arena (aborts when memory runs out, as pb_malloc does). */
 static char *arena_alloc(amqp_source_t *s, size_t n)
 {
-    char *d = amqp_pool_alloc(&s->arena, n);
+    char *d = amqp_pool_alloc(s->arena, n);
     if (!d) {
         fputs("postbox: out of memory\n", stderr);
         abort();
@@ -127,6 +133,7 @@ static pb_status_t lost(amqp_source_t *s, pb_error_t *err, const char *fmt, ...)
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
     pb_amqp_link_drop(&s->link);
+    s->n_pending = 0; /* their delivery tags died with the channel */
     log_warn(FAC, "rabbitmq at %s: %s (unacknowledged messages will be redelivered)", s->where,
              reason);
     return pb_fail(err, PB_TRANSIENT, "rabbitmq at %s: %s", s->where, reason);
@@ -284,7 +291,10 @@ static pb_status_t src_connect(pb_source_t *src, pb_error_t *err)
     amqp_source_t *s = (amqp_source_t *)src;
     const pb_config_t *cfg = src->cfg;
     pb_amqp_link_close(&s->link);
-    recycle_amqp_pool(&s->arena); /* the contract: strings die with a reconnect */
+    /* the contract: strings die with a reconnect; prefetched deliveries die with the channel */
+    recycle_amqp_pool(&s->arenas[0]);
+    recycle_amqp_pool(&s->arenas[1]);
+    s->n_pending = 0;
     pb_status_t st = pb_amqp_open(&s->url, cfg, s->heartbeat_s, &s->link.conn, err);
     if (st != PB_OK)
         return st;
@@ -454,58 +464,139 @@ static pb_status_t read_delivery(amqp_source_t *s, const amqp_basic_deliver_t *d
     return PB_OK;
 }
 
+/* Reads frames until a whole delivery is in m (*got) or the deadline passes; a passed deadline
+ * still polls once: frames already buffered (or readable at once) are taken without sleeping. */
+static pb_status_t read_next(amqp_source_t *s, pb_message_t *m, int64_t deadline, bool *got,
+                             pb_error_t *err)
+{
+    *got = false;
+    for (;;) {
+        amqp_frame_t f;
+        int rc = pb_amqp_link_wait_frame(&s->link, &f, deadline);
+        if (rc == AMQP_STATUS_TIMEOUT)
+            return PB_OK;
+        if (rc != AMQP_STATUS_OK)
+            return lost(s, err, "connection lost: %s", amqp_error_string2(rc));
+        if (f.frame_type != AMQP_FRAME_METHOD) {
+            if (f.channel == CHANNEL)
+                return lost(s, err, "protocol error: content frame of type %d without "
+                                    "basic.deliver", f.frame_type);
+            continue;
+        }
+        if (f.channel != CHANNEL || f.payload.method.id != AMQP_BASIC_DELIVER_METHOD) {
+            pb_status_t st = on_other_method(s, &f, err);
+            if (st != PB_OK)
+                return st;
+            continue;
+        }
+        pb_status_t st = read_delivery(s, f.payload.method.decoded, m, err);
+        *got = st == PB_OK;
+        return st;
+    }
+}
+
+static const char *keep_copy(amqp_source_t *s, const char *str)
+{
+    return str ? arena_copy(s, str, strlen(str)) : NULL;
+}
+
+/* Hands out up to max prefetched deliveries (their strings are in the arena that is current
+ * now). Ones left over move to the other arena, which the next receive makes current. */
+static size_t take_pending(amqp_source_t *s, pb_message_t *msgs, size_t max)
+{
+    size_t k = s->n_pending < max ? s->n_pending : max;
+    if (k)
+        memcpy(msgs, s->pending, k * sizeof *msgs);
+    size_t left = s->n_pending - k;
+    s->arena = &s->arenas[!s->cur];
+    for (size_t i = 0; i < left; i++) {
+        pb_message_t m = s->pending[k + i];
+        m.message_id = keep_copy(s, m.message_id);
+        m.type = keep_copy(s, m.type);
+        m.aggregate_id = keep_copy(s, m.aggregate_id);
+        m.routing_key = keep_copy(s, m.routing_key);
+        m.exchange = keep_copy(s, m.exchange);
+        m.headers = keep_copy(s, m.headers);
+        m.body = arena_copy(s, m.body, m.body_len); /* may hold NUL bytes */
+        s->pending[i] = m;
+    }
+    s->arena = &s->arenas[s->cur];
+    s->n_pending = left;
+    return k;
+}
+
 static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max, int64_t wait_ms,
                                int64_t batch_wait_ms, size_t *n, pb_error_t *err)
 {
     amqp_source_t *s = (amqp_source_t *)src;
     *n = 0;
-    recycle_amqp_pool(&s->arena); /* the previous batch's strings */
-    if (!s->link.conn || !s->link.channel_open)
+    /* the previous batch's strings go; the prefetched ones' arena becomes the current one */
+    recycle_amqp_pool(&s->arenas[s->cur]);
+    s->cur = !s->cur;
+    s->arena = &s->arenas[s->cur];
+    if (!s->link.conn || !s->link.channel_open) {
+        s->n_pending = 0;
         return pb_fail(err, PB_TRANSIENT, "not connected to rabbitmq at %s", s->where);
+    }
 
-    size_t got = 0;
+    size_t got = take_pending(s, msgs, max);
     pb_status_t st = PB_OK;
-    int64_t deadline = pb_monotonic_ms() + (wait_ms > 0 ? wait_ms : 0);
+    /* batch_wait counts from the first message, or from now for prefetched ones (as for ones
+     * that waited in the socket buffer) */
+    int64_t wait = got ? batch_wait_ms : wait_ms;
+    int64_t deadline = pb_monotonic_ms() + (wait > 0 ? wait : 0);
     while (got < max) {
-        amqp_frame_t f;
-        /* A passed deadline still polls once: frames already buffered (or readable at once) are
-         * taken without sleeping; the wait ends at the first AMQP_STATUS_TIMEOUT. */
-        int rc = pb_amqp_link_wait_frame(&s->link, &f, deadline);
-        if (rc == AMQP_STATUS_TIMEOUT)
+        bool one = false;
+        st = read_next(s, &msgs[got], deadline, &one, err);
+        if (st != PB_OK || !one)
             break;
-        if (rc != AMQP_STATUS_OK) {
-            st = lost(s, err, "connection lost: %s", amqp_error_string2(rc));
-            break;
-        }
-        if (f.frame_type != AMQP_FRAME_METHOD) {
-            if (f.channel == CHANNEL) {
-                st = lost(s, err, "protocol error: content frame of type %d without basic.deliver",
-                          f.frame_type);
-                break;
-            }
-            continue;
-        }
-        if (f.channel != CHANNEL || f.payload.method.id != AMQP_BASIC_DELIVER_METHOD) {
-            st = on_other_method(s, &f, err);
-            if (st != PB_OK)
-                break;
-            continue;
-        }
-        st = read_delivery(s, f.payload.method.decoded, &msgs[got], err);
-        if (st != PB_OK)
-            break;
-        if (got++ == 0) /* batch_wait counts from the first message */
+        if (got++ == 0)
             deadline = pb_monotonic_ms() + (batch_wait_ms > 0 ? batch_wait_ms : 0);
     }
     if (st != PB_OK) {
         /* the channel is gone, and with it the delivery tags: nothing of this batch can be
          * acknowledged, the broker redelivers all of it */
-        recycle_amqp_pool(&s->arena);
+        recycle_amqp_pool(&s->arenas[0]);
+        recycle_amqp_pool(&s->arenas[1]);
         return st;
     }
     *n = got;
     amqp_maybe_release_buffers(s->link.conn); /* everything handed out was copied into the arena */
     return PB_OK;
+}
+
+/* Decodes the deliveries that are readable without waiting, up to max pending, into the other
+ * arena: the consumer calls this while PostgreSQL works on the current batch. */
+static pb_status_t src_prefetch(pb_source_t *src, size_t max, pb_error_t *err)
+{
+    amqp_source_t *s = (amqp_source_t *)src;
+    if (!s->link.conn || !s->link.channel_open || s->n_pending >= max)
+        return PB_OK;
+    if (max > s->cap_pending) {
+        s->pending = pb_realloc(s->pending, max * sizeof *s->pending);
+        s->cap_pending = max;
+    }
+    s->arena = &s->arenas[!s->cur];
+    pb_status_t st = PB_OK;
+    while (s->n_pending < max) {
+        bool one = false;
+        st = read_next(s, &s->pending[s->n_pending], pb_monotonic_ms(), &one, err);
+        if (st != PB_OK || !one)
+            break;
+        s->n_pending++;
+    }
+    s->arena = &s->arenas[s->cur];
+    if (st == PB_OK)
+        amqp_maybe_release_buffers(s->link.conn); /* what was decoded is copied */
+    return st;
+}
+
+static int src_prefetch_fd(pb_source_t *src, size_t max)
+{
+    amqp_source_t *s = (amqp_source_t *)src;
+    if (!s->link.conn || !s->link.channel_open || s->n_pending >= max)
+        return -1;
+    return amqp_get_sockfd(s->link.conn);
 }
 
 /* ---- ack / requeue -------------------------------------------------------------------------- */
@@ -575,7 +666,9 @@ static void src_free(pb_source_t *src)
     pb_amqp_link_close(&s->link);
     pb_amqp_url_free(&s->url);
     free_bindings(s);
-    empty_amqp_pool(&s->arena);
+    empty_amqp_pool(&s->arenas[0]);
+    empty_amqp_pool(&s->arenas[1]);
+    free(s->pending);
     pb_buf_free(&s->scratch);
     free(s);
 }
@@ -586,6 +679,8 @@ static const pb_source_ops_t amqp_source_ops = {
     .receive = src_receive,
     .ack = src_ack,
     .requeue = src_requeue,
+    .prefetch = src_prefetch,
+    .prefetch_fd = src_prefetch_fd,
     .free = src_free,
 };
 
@@ -671,7 +766,9 @@ pb_status_t pb_source_amqp_new(const pb_config_t *cfg, pb_source_t **out, pb_err
     }
     pb_amqp_url_where(&s->url, s->where, sizeof s->where);
     s->heartbeat_s = pb_amqp_heartbeat_s(cfg->amqp_heartbeat);
-    init_amqp_pool(&s->arena, ARENA_PAGE);
+    init_amqp_pool(&s->arenas[0], ARENA_PAGE);
+    init_amqp_pool(&s->arenas[1], ARENA_PAGE);
+    s->arena = &s->arenas[0];
     *out = &s->base;
     return PB_OK;
 }

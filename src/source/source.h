@@ -51,6 +51,16 @@ typedef struct pb_source_ops {
     /* Returns tag to the queue for redelivery (requeue) . */
     pb_status_t (*requeue)(pb_source_t *src, uint64_t tag, pb_error_t *err);
 
+    /* Optional (NULL: none). Called while the consumer waits for the database: decodes the
+     * deliveries that can be read without waiting and keeps them, at most max in all, for the
+     * next receive, which hands them out first. The strings of the batch handed out last stay
+     * valid. PB_TRANSIENT when the connection was lost. */
+    pb_status_t (*prefetch)(pb_source_t *src, size_t max, pb_error_t *err);
+
+    /* With prefetch: the socket to poll for readability before calling it; -1 when there is
+     * nothing to wait for (disconnected, or max messages kept already). */
+    int (*prefetch_fd)(pb_source_t *src, size_t max);
+
     /* Closes the connection (if any) and frees the source. Accepts NULL. */
     void (*free)(pb_source_t *src);
 } pb_source_ops_t;

@@ -5,6 +5,10 @@
 #    are acknowledged as duplicates (logged and counted), the queue ends empty;
 #  - a message without a message_id property: never handled, recorded in postbox.inbox_dead with
 #    a reason naming the missing id, and acknowledged.
+#  - first deliveries that go to the one-round-trip fast path (all with an id, none redelivered)
+#    mixing new messages, an old id and a repeat within the batch: the fast path commits nothing,
+#    the batch goes the careful way, each new message takes effect once and the others are
+#    acknowledged as duplicates.
 source "$(dirname "$0")/lib.sh"
 
 for _v in $(compgen -v POSTBOX_CONSUME_ || true); do unset "$_v"; done
@@ -62,3 +66,25 @@ psql_q "SELECT coalesce(message_id, '(null)'), coalesce(message_type, '(null)'),
 dead=$(psql_q "SELECT count(*) FROM postbox.inbox_dead WHERE message_id IS NULL AND error ILIKE '%id%'
                  AND convert_from(body, 'UTF8') LIKE '%nobody%'")
 ((dead == 1)) || fail "no inbox_dead row for the message without an id with a reason that mentions the id"
+
+# while the consumer is stopped, so that they come in one batch: new messages, an old id, and a
+# repeat within the batch (the fast path's insert fails on both; nothing of it may stay)
+publish deposit.v1 new-3 deposit.v1 '{"account": "carol", "amount": 100}'
+publish deposit.v1 dup-1 deposit.v1 '{"account": "alice", "amount": 5}'
+publish deposit.v1 new-4 deposit.v1 '{"account": "carol", "amount": 20}'
+publish deposit.v1 new-5 deposit.v1 '{"account": "carol", "amount": 3}' 2
+: >"$CONSUMER_LOG"
+start_consumer
+wait_until '[[ $(balance_of carol) -ge 123 && $(queue_count) == 0 ]]' 30 ||
+    { tail -n 20 "$CONSUMER_LOG" >&2; fail "new-3, new-4, new-5 were not handled within 30 s"; }
+stop_consumer
+carol=$(balance_of carol)
+alice=$(balance_of alice)
+totals=$(grep -o 'totals: .*' "$CONSUMER_LOG" | tail -n 1)
+say "second run: balance carol $carol (want 123), alice $alice (want 5); consumer's $totals"
+((carol == 123)) || fail "carol's balance is $carol, expected 123 (new-3, new-4, new-5 once each)"
+((alice == 5)) || fail "alice's balance is $alice: dup-1 took effect again"
+[[ $totals == *"processed 3, duplicates 2,"* ]] ||
+    fail "the consumer's totals are '$totals', expected processed 3, duplicates 2"
+inq=$(queue_count)
+((inq == 0)) || fail "$inq message(s) left in the queue"
