@@ -19,7 +19,7 @@
  *       the benchmark's baseline: N persistent messages of SIZE bytes with publisher confirms,
  *       at most WINDOW unconfirmed (a sliding window; multiple acks handled), with the same
  *       properties and headers the relay sets; prints "published N in S seconds: R msgs/s"
- *       (every message gets its own message_id)
+ *       and the message_id of the last message (every message gets its own message_id)
  *   amqp-tool publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT]
  *       COUNT (default 1) copies of one persistent message, mandatory, with publisher confirms:
  *       the same message_id each time (an empty MESSAGE_ID: no message_id property; an empty
@@ -547,8 +547,9 @@ static int cmd_publish_raw(int argc, char **argv)
     }
     const double secs = now_s() - start;
     close_conn(conn);
-    printf("published %" PRIu64 " in %.3f seconds: %.0f msgs/s (size %ld, window %ld)\n", s.n, secs,
-           (double)s.n / secs, size, window);
+    make_uuid(uuid, seed, s.n);
+    printf("published %" PRIu64 " in %.3f seconds: %.0f msgs/s (size %ld, window %ld); last message_id %s\n",
+           s.n, secs, (double)s.n / secs, size, window, uuid);
     free(body);
     free(s.done);
     if (s.nacked || s.returned)
