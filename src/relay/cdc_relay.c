@@ -44,6 +44,9 @@ typedef struct mark {
 } mark_t;
 
 #define MARK_TRIES 200
+/* Publishing waits for the mark in flight only when more than this many batches' rows wait for
+ * the next one: the marks follow the stream at their own pace, in larger statements. */
+#define MARK_QUEUE_BATCHES 8
 
 typedef struct cdc_relay {
     const pb_config_t *cfg;
@@ -69,17 +72,18 @@ typedef struct cdc_relay {
     uint64_t last_commit_end; /* end LSN of the last Commit read */
     bool drain_marker_sent, drain_marker_seen;
     pb_buf_t ids;
-    /* marking relayed rows published runs asynchronously on conn while the next batch is
-     * published; the batch's LSN is confirmed once its marks are written */
+    /* Marking relayed rows published runs asynchronously on conn while the next batches are
+     * published; a batch's LSN is confirmed once its rows are marked. */
     bool mark_in_flight;
-    uint64_t mark_lsn;
-    mark_t *marks; /* ids sent with the mark in flight; then the ones still to mark */
-    size_t n_marks, cap_marks;
+    uint64_t mark_lsn;   /* confirmed when the mark in flight is done */
+    uint64_t queued_lsn; /* covers the rows queued after the mark in flight was sent (0: none) */
+    mark_t *marks; /* the first n_sent: in the mark in flight; then the ones still to send */
+    size_t n_marks, n_sent, cap_marks;
     pb_relay_totals_t totals;
     int64_t lag_at;
 } cdc_relay_t;
 
-static pb_status_t finish_mark(cdc_relay_t *r, pb_error_t *err);
+static pb_status_t finish_mark(cdc_relay_t *r, bool wait, pb_error_t *err);
 
 static void clear_batch(cdc_relay_t *r)
 {
@@ -105,6 +109,7 @@ static void drop_conn(cdc_relay_t *r)
     PQfinish(r->conn);
     r->conn = NULL;
     r->mark_in_flight = false; /* unconfirmed: the stream replays it, and marks it again */
+    r->n_sent = 0;
 }
 
 static pb_status_t exec(cdc_relay_t *r, const char *sql, pb_error_t *err)
@@ -275,7 +280,7 @@ static void reject_aggregate_rest(cdc_relay_t *r, size_t from)
 
 static pb_status_t dead_letter(cdc_relay_t *r, size_t i, const char *reason, pb_error_t *err)
 {
-    pb_status_t fst = finish_mark(r, err); /* the connection serves one statement at a time */
+    pb_status_t fst = finish_mark(r, true, err); /* the connection serves one statement at a time */
     if (fst != PB_OK)
         return fst;
     log_warn(FAC, "event %s (%s) dead-lettered: %s", r->events[i].event_id, r->events[i].event_type,
@@ -385,12 +390,18 @@ static int compare_ids(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Collects the result of the mark in flight, keeps the rows it did not find for another try,
- * and confirms the LSN of the batch it belonged to. */
-static pb_status_t finish_mark(cdc_relay_t *r, pb_error_t *err)
+/* Collects the result of the mark in flight (without wait: only if it is done), keeps the rows
+ * it did not find for another try, and confirms the LSN it covered. */
+static pb_status_t finish_mark(cdc_relay_t *r, bool wait, pb_error_t *err)
 {
     if (!r->mark_in_flight)
         return PB_OK;
+    if (!wait) {
+        if (PQconsumeInput(r->conn) != 1)
+            return pb_fail(err, PB_TRANSIENT, "mark published: %s", PQerrorMessage(r->conn));
+        if (PQisBusy(r->conn))
+            return PB_OK; /* still running: publishing goes on meanwhile */
+    }
     r->mark_in_flight = false;
     PGresult *res = PQgetResult(r->conn);
     pb_status_t st = pb_pg_check(r->conn, res, PGRES_TUPLES_OK, "mark published", err);
@@ -407,29 +418,40 @@ static pb_status_t finish_mark(cdc_relay_t *r, pb_error_t *err)
     size_t kept = 0;
     for (size_t i = 0; i < r->n_marks; i++) {
         mark_t m = r->marks[i];
-        if (bsearch(&m.id, found, n_found, sizeof *found, compare_ids))
-            continue;
-        if (++m.tries >= MARK_TRIES) {
-            log_warn(FAC, "outbox row %lld was relayed but could not be marked published (not "
-                          "visible after %d tries); it stays pending",
-                     (long long)m.id, m.tries);
-            continue;
+        if (i < r->n_sent) {
+            if (bsearch(&m.id, found, n_found, sizeof *found, compare_ids))
+                continue;
+            if (++m.tries >= MARK_TRIES) {
+                log_warn(FAC, "outbox row %lld was relayed but could not be marked published "
+                              "(not visible after %d tries); it stays pending",
+                         (long long)m.id, m.tries);
+                continue;
+            }
         }
         r->marks[kept++] = m;
     }
     r->n_marks = kept;
+    r->n_sent = 0;
     free(found);
     return r->streaming ? pb_cdc_stream_confirm(&r->stream, r->mark_lsn, err) : PB_OK;
 }
 
-/* Sends the mark of the batch just published (plus rows still unmarked), or, with nothing to
- * mark, confirms lsn at once. */
+/* Queues the rows of the batch just published; sends every queued row in one mark unless one
+ * is in flight (then lsn waits with them), or, with nothing to mark, confirms lsn at once. */
 static pb_status_t send_mark(cdc_relay_t *r, uint64_t lsn, pb_error_t *err)
 {
     if (r->cfg->cdc_mark_published && !r->cfg->cdc_delete_after_insert)
         for (size_t i = 0; i < r->n; i++)
             if (r->events[i].id > 0)
                 add_mark(r, r->events[i].id, 0);
+    if (r->mark_in_flight) {
+        if (lsn > r->queued_lsn)
+            r->queued_lsn = lsn;
+        return PB_OK;
+    }
+    if (r->queued_lsn > lsn)
+        lsn = r->queued_lsn;
+    r->queued_lsn = 0;
     if (r->n_marks == 0)
         return pb_cdc_stream_confirm(&r->stream, lsn, err);
     pb_buf_reset(&r->ids);
@@ -447,14 +469,34 @@ static pb_status_t send_mark(cdc_relay_t *r, uint64_t lsn, pb_error_t *err)
                           1, NULL, params, NULL, NULL, 0) != 1)
         return pb_fail(err, PB_TRANSIENT, "mark published: %s", PQerrorMessage(r->conn));
     r->mark_in_flight = true;
+    r->n_sent = r->n_marks;
     r->mark_lsn = lsn;
     return PB_OK;
+}
+
+/* Writes every mark still queued or in flight, waiting for them. */
+static pb_status_t flush_marks(cdc_relay_t *r, pb_error_t *err)
+{
+    pb_status_t st = finish_mark(r, true, err);
+    if (st == PB_OK && (r->n_marks || r->queued_lsn)) {
+        size_t n = r->n;
+        r->n = 0; /* nothing new to queue */
+        st = send_mark(r, r->stream.confirmed_lsn, err);
+        r->n = n;
+        if (st == PB_OK)
+            st = finish_mark(r, true, err);
+    }
+    return st;
 }
 
 static void measure_lag(cdc_relay_t *r)
 {
     int64_t now = pb_monotonic_ms();
-    if (now - r->lag_at < r->cfg->cdc_lag_interval || r->mark_in_flight)
+    if (now - r->lag_at < r->cfg->cdc_lag_interval)
+        return;
+    pb_error_t ignored; /* the connection serves one statement at a time; a failed mark is
+                           found again by the next step */
+    if (r->mark_in_flight && finish_mark(r, true, &ignored) != PB_OK)
         return;
     r->lag_at = now;
     const char *params[1] = {r->cfg->cdc_slot};
@@ -478,13 +520,9 @@ static pb_status_t step(cdc_relay_t *r, bool *idle, pb_error_t *err)
         return st;
     *idle = r->n == 0;
     if (r->n == 0) {
-        if ((st = finish_mark(r, err)) != PB_OK)
+        /* the marks catch up; rows that were not visible yet get another try */
+        if ((st = flush_marks(r, err)) != PB_OK)
             return st;
-        if (r->n_marks) { /* rows that were not visible yet: another try */
-            if ((st = send_mark(r, r->stream.confirmed_lsn, err)) != PB_OK ||
-                (st = finish_mark(r, err)) != PB_OK)
-                return st;
-        }
         /* nothing pending and between transactions: let the server forget what it has sent,
          * or a quiet outbox on a busy database would hold WAL forever */
         uint64_t safe = r->in_txn ? r->last_commit_end : r->stream.keepalive_end;
@@ -496,9 +534,10 @@ static pb_status_t step(cdc_relay_t *r, bool *idle, pb_error_t *err)
     uint64_t confirmable = r->last_commit_end;
     if ((st = publish_batch(r, err)) != PB_OK)
         return st;
-    /* the previous batch's marks ran meanwhile: collect them (confirming its LSN), then start
-     * this batch's */
-    if ((st = finish_mark(r, err)) != PB_OK || (st = send_mark(r, confirmable, err)) != PB_OK)
+    /* earlier marks ran meanwhile: collect them if done (confirming their LSN), then queue or
+     * send this batch's; wait only when too many rows queue up behind a slow mark */
+    bool wait = r->n_marks - r->n_sent > MARK_QUEUE_BATCHES * (size_t)r->cfg->relay_batch_size;
+    if ((st = finish_mark(r, wait, err)) != PB_OK || (st = send_mark(r, confirmable, err)) != PB_OK)
         return st;
     int64_t now_us = pb_wall_us();
     pb_metrics_batch(r->n);
@@ -509,14 +548,16 @@ static pb_status_t step(cdc_relay_t *r, bool *idle, pb_error_t *err)
                   r->events[i].event_type, delay_ms);
     }
     clear_batch(r);
-    return pb_cdc_stream_confirm(&r->stream, confirmable, err);
+    /* the LSN is confirmed with the batch's marks (send_mark, finish_mark); until then a status
+     * update repeats the last confirmed position */
+    return pb_cdc_stream_confirm(&r->stream, r->stream.confirmed_lsn, err);
 }
 
 /* --drain: writes a marker into the WAL; once the stream reaches it, everything committed
  * before it has been relayed. */
 static bool drained(cdc_relay_t *r)
 {
-    if (r->mark_in_flight || r->n_marks)
+    if (r->mark_in_flight || r->n_marks || r->queued_lsn)
         return false;
     if (r->drain_marker_seen && !r->in_txn && r->n == 0)
         return true;
@@ -572,7 +613,7 @@ pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts
             log_warn(FAC, "%s; reconnecting", err->msg);
             close_stream(&r);
             pb_error_t ignored; /* the stream replays whatever this mark was for */
-            if (r.conn && r.mark_in_flight && finish_mark(&r, &ignored) != PB_OK)
+            if (r.conn && r.mark_in_flight && finish_mark(&r, true, &ignored) != PB_OK)
                 drop_conn(&r);
             if (PQstatus(r.conn) != CONNECTION_OK)
                 drop_conn(&r);
@@ -587,7 +628,7 @@ pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts
     }
     if (st != PB_FATAL)
         st = PB_OK;
-    if (r.conn && r.streaming && finish_mark(&r, err) != PB_OK)
+    if (r.conn && r.streaming && flush_marks(&r, err) != PB_OK)
         log_warn(FAC, "could not mark the last batch published: %s", err->msg);
     pb_relay_totals_log(&r.totals, FAC, true);
     close_stream(&r);
