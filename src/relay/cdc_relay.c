@@ -48,6 +48,15 @@ typedef struct mark {
  * the next one: the marks follow the stream at their own pace, in larger statements. */
 #define MARK_QUEUE_BATCHES 8
 
+/* Events cut from the stream, with what the sink needs of them. */
+typedef struct cdc_batch {
+    pb_cdc_event_t *items;
+    pb_event_t *events; /* flat copies for the sink */
+    pb_result_t *results;
+    int *attempts;
+    size_t n, cap;
+} cdc_batch_t;
+
 typedef struct cdc_relay {
     const pb_config_t *cfg;
     const pb_relay_opts_t *opts;
@@ -62,12 +71,12 @@ typedef struct cdc_relay {
     pb_sink_t *snk;
     bool sink_up;
     int sink_attempt;
-    /* the batch being cut from the stream */
-    pb_cdc_event_t *batch;
-    pb_event_t *events; /* flat copies for the sink */
-    pb_result_t *results;
-    int *attempts;
-    size_t n, cap;
+    /* the batch being cut from the stream (b), and the next one, read ahead while the broker
+     * acknowledges b when the sink can publish asynchronously */
+    cdc_batch_t bufs[2];
+    cdc_batch_t *b;
+    pb_status_t ahead_st; /* an error of the read-ahead, for the next step to return */
+    pb_error_t ahead_err;
     bool in_txn;
     uint64_t last_commit_end; /* end LSN of the last Commit read */
     bool drain_marker_sent, drain_marker_seen;
@@ -85,11 +94,22 @@ typedef struct cdc_relay {
 
 static pb_status_t finish_mark(cdc_relay_t *r, bool wait, pb_error_t *err);
 
+static void clear_buf(cdc_batch_t *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        pb_cdc_event_free(&b->items[i]);
+    b->n = 0;
+}
+
 static void clear_batch(cdc_relay_t *r)
 {
-    for (size_t i = 0; i < r->n; i++)
-        pb_cdc_event_free(&r->batch[i]);
-    r->n = 0;
+    clear_buf(r->b);
+}
+
+/* The other buffer, holding what was read ahead. */
+static cdc_batch_t *next_buf(cdc_relay_t *r)
+{
+    return r->b == &r->bufs[0] ? &r->bufs[1] : &r->bufs[0];
 }
 
 static void close_stream(cdc_relay_t *r)
@@ -101,7 +121,10 @@ static void close_stream(cdc_relay_t *r)
     pb_pgo_decoder_init(&r->dec);
     r->have_map = false;
     r->in_txn = false;
-    clear_batch(r); /* everything unconfirmed is sent again by the server */
+    /* everything unconfirmed is sent again by the server */
+    clear_buf(&r->bufs[0]);
+    clear_buf(&r->bufs[1]);
+    r->ahead_st = PB_OK;
 }
 
 static void drop_conn(cdc_relay_t *r)
@@ -161,16 +184,16 @@ static pb_status_t open_stream(cdc_relay_t *r, pb_error_t *err)
 
 static void append(cdc_relay_t *r, pb_cdc_event_t *e)
 {
-    if (r->n == r->cap) {
-        r->cap = r->cap ? r->cap * 2 : 256;
-        r->batch = pb_realloc(r->batch, r->cap * sizeof *r->batch);
-        r->events = pb_realloc(r->events, r->cap * sizeof *r->events);
-        r->results = pb_realloc(r->results, r->cap * sizeof *r->results);
-        r->attempts = pb_realloc(r->attempts, r->cap * sizeof *r->attempts);
+    if (r->b->n == r->b->cap) {
+        r->b->cap = r->b->cap ? r->b->cap * 2 : 256;
+        r->b->items = pb_realloc(r->b->items, r->b->cap * sizeof *r->b->items);
+        r->b->events = pb_realloc(r->b->events, r->b->cap * sizeof *r->b->events);
+        r->b->results = pb_realloc(r->b->results, r->b->cap * sizeof *r->b->results);
+        r->b->attempts = pb_realloc(r->b->attempts, r->b->cap * sizeof *r->b->attempts);
     }
-    r->batch[r->n] = *e;
-    r->attempts[r->n] = e->ev.attempts;
-    r->n++;
+    r->b->items[r->b->n] = *e;
+    r->b->attempts[r->b->n] = e->ev.attempts;
+    r->b->n++;
 }
 
 /* Feeds one decoded message into the batch. */
@@ -227,15 +250,18 @@ static pb_status_t on_message(cdc_relay_t *r, const pb_pgo_msg_t *m, pb_error_t 
 }
 
 /* Reads from the stream into the batch: waits up to wait_ms for the first message, then takes
- * what is already there without waiting, up to the batch size. */
-static pb_status_t fill(cdc_relay_t *r, int64_t wait_ms, pb_error_t *err)
+ * what is already there without waiting, up to the batch size. ahead: takes only what is
+ * already there (the read-ahead while the broker acknowledges the batch before). A batch that
+ * holds read-ahead events already is a backlog: no long wait, the short window only. */
+static pb_status_t fill(cdc_relay_t *r, int64_t wait_ms, bool ahead, pb_error_t *err)
 {
     size_t limit = (size_t)r->cfg->relay_batch_size;
-    int64_t timeout = wait_ms;
-    bool waited_for_commit = false;
-    int64_t window_end = 0; /* set by the first event: how long more may join its batch */
     int64_t started = pb_monotonic_ms();
-    while (r->n < limit && !*r->stop) {
+    int64_t timeout = ahead ? 0 : r->b->n > 0 ? FILL_WINDOW_MS : wait_ms;
+    bool waited_for_commit = ahead; /* the read-ahead never waits */
+    /* set by the first event: how long more may join its batch */
+    int64_t window_end = ahead ? started : r->b->n > 0 ? started + FILL_WINDOW_MS : 0;
+    while (r->b->n < limit && !*r->stop) {
         const char *data;
         size_t len;
         pb_status_t st = pb_cdc_stream_read(&r->stream, timeout, &data, &len, err);
@@ -244,7 +270,7 @@ static pb_status_t fill(cdc_relay_t *r, int64_t wait_ms, pb_error_t *err)
         if (len == 0) {
             /* half a transaction in hand: its rest is on the way, and cutting the batch here
              * would cost a broker round trip for a handful of events */
-            if (r->in_txn && !waited_for_commit && r->n > 0) {
+            if (r->in_txn && !waited_for_commit && r->b->n > 0) {
                 waited_for_commit = true;
                 timeout = COMMIT_WAIT_MS;
                 continue;
@@ -258,7 +284,7 @@ static pb_status_t fill(cdc_relay_t *r, int64_t wait_ms, pb_error_t *err)
         /* a short window lets a backlog arriving in bursts fill the batch: fewer broker round
          * trips for a few milliseconds of latency at most */
         int64_t now = pb_monotonic_ms();
-        if (r->n > 0 && window_end == 0)
+        if (r->b->n > 0 && window_end == 0)
             window_end = now - started <= FILL_BACKLOG_MS ? now + FILL_WINDOW_MS : now;
         timeout = window_end - now;
         if (timeout < 0)
@@ -267,15 +293,27 @@ static pb_status_t fill(cdc_relay_t *r, int64_t wait_ms, pb_error_t *err)
     return PB_OK;
 }
 
+/* While the broker acknowledges the batch: decodes what the stream already holds into the other
+ * buffer, which the next step makes current. */
+static void read_ahead(cdc_relay_t *r)
+{
+    if (r->ahead_st != PB_OK)
+        return;
+    cdc_batch_t *cur = r->b;
+    r->b = next_buf(r);
+    r->ahead_st = fill(r, 0, true, &r->ahead_err);
+    r->b = cur;
+}
+
 static void reject_aggregate_rest(cdc_relay_t *r, size_t from)
 {
     /* later events of a dead-lettered event's aggregate wait for the next round */
-    const pb_event_t *a = &r->events[from];
-    for (size_t j = from + 1; j < r->n; j++)
-        if (r->results[j].outcome == PB_OUT_UNTRIED &&
-            strcmp(r->events[j].aggregate_id, a->aggregate_id) == 0 &&
-            strcmp(r->events[j].aggregate_type, a->aggregate_type) == 0)
-            r->results[j].outcome = PB_OUT_HELD;
+    const pb_event_t *a = &r->b->events[from];
+    for (size_t j = from + 1; j < r->b->n; j++)
+        if (r->b->results[j].outcome == PB_OUT_UNTRIED &&
+            strcmp(r->b->events[j].aggregate_id, a->aggregate_id) == 0 &&
+            strcmp(r->b->events[j].aggregate_type, a->aggregate_type) == 0)
+            r->b->results[j].outcome = PB_OUT_HELD;
 }
 
 static pb_status_t dead_letter(cdc_relay_t *r, size_t i, const char *reason, pb_error_t *err)
@@ -283,13 +321,13 @@ static pb_status_t dead_letter(cdc_relay_t *r, size_t i, const char *reason, pb_
     pb_status_t fst = finish_mark(r, true, err); /* the connection serves one statement at a time */
     if (fst != PB_OK)
         return fst;
-    log_warn(FAC, "event %s (%s) dead-lettered: %s", r->events[i].event_id, r->events[i].event_type,
+    log_warn(FAC, "event %s (%s) dead-lettered: %s", r->b->events[i].event_id, r->b->events[i].event_type,
              reason);
-    pb_status_t st = pb_dead_letter_event(r->conn, &r->events[i], r->attempts[i], reason, err);
+    pb_status_t st = pb_dead_letter_event(r->conn, &r->b->events[i], r->b->attempts[i], reason, err);
     if (st == PB_OK) {
-        pb_metrics_publish_failed(r->snk->ops->name, r->events[i].event_type, true);
+        pb_metrics_publish_failed(r->snk->ops->name, r->b->events[i].event_type, true);
         r->totals.dead++;
-        r->results[i].outcome = PB_OUT_PUBLISHED; /* done with: the stream may move past it */
+        r->b->results[i].outcome = PB_OUT_PUBLISHED; /* done with: the stream may move past it */
     }
     return st;
 }
@@ -297,21 +335,21 @@ static pb_status_t dead_letter(cdc_relay_t *r, size_t i, const char *reason, pb_
 /* Publishes the batch until every event is confirmed or dead-lettered. */
 static pb_status_t publish_batch(cdc_relay_t *r, pb_error_t *err)
 {
-    for (size_t i = 0; i < r->n; i++) {
-        r->events[i] = r->batch[i].ev;
-        r->results[i].outcome = PB_OUT_UNTRIED;
-        r->results[i].error[0] = '\0';
+    for (size_t i = 0; i < r->b->n; i++) {
+        r->b->events[i] = r->b->items[i].ev;
+        r->b->results[i].outcome = PB_OUT_UNTRIED;
+        r->b->results[i].error[0] = '\0';
     }
     pb_status_t st;
     for (int round = 1;; round++) {
         /* events the sink can never take: dead letters before anything is sent */
-        for (size_t i = 0; i < r->n; i++) {
-            if (r->results[i].outcome != PB_OUT_UNTRIED || !r->snk->ops->check ||
-                r->snk->ops->check(r->snk, &r->events[i], &r->results[i]))
+        for (size_t i = 0; i < r->b->n; i++) {
+            if (r->b->results[i].outcome != PB_OUT_UNTRIED || !r->snk->ops->check ||
+                r->snk->ops->check(r->snk, &r->b->events[i], &r->b->results[i]))
                 continue;
-            r->attempts[i]++;
-            char reason[sizeof r->results[i].error];
-            snprintf(reason, sizeof reason, "%s", r->results[i].error);
+            r->b->attempts[i]++;
+            char reason[sizeof r->b->results[i].error];
+            snprintf(reason, sizeof reason, "%s", r->b->results[i].error);
             if ((st = dead_letter(r, i, reason, err)) != PB_OK)
                 return st;
             reject_aggregate_rest(r, i);
@@ -323,18 +361,28 @@ static pb_status_t publish_batch(cdc_relay_t *r, pb_error_t *err)
             r->sink_up = true;
         }
         pb_error_t sink_err;
-        if (r->snk->ops->publish(r->snk, r->events, r->n, r->results, &sink_err) != PB_OK) {
+        pb_status_t sst;
+        if (round == 1 && r->snk->ops->send) {
+            sst = r->snk->ops->send(r->snk, r->b->events, r->b->n, r->b->results, &sink_err);
+            if (sst == PB_OK) {
+                read_ahead(r); /* the next batch's decoding overlaps the acknowledgements */
+                sst = r->snk->ops->await(r->snk, &sink_err);
+            }
+        } else {
+            sst = r->snk->ops->publish(r->snk, r->b->events, r->b->n, r->b->results, &sink_err);
+        }
+        if (sst != PB_OK) {
             log_warn(FAC, "%s broker connection lost: %s", r->snk->ops->name, sink_err.msg);
             r->sink_up = false;
         }
         size_t failed = 0, published = 0;
         int worst = 0;
-        for (size_t i = 0; i < r->n; i++) {
-            pb_result_t *res = &r->results[i];
+        for (size_t i = 0; i < r->b->n; i++) {
+            pb_result_t *res = &r->b->results[i];
             if (res->outcome == PB_OUT_REJECT || res->outcome == PB_OUT_RETRY) {
-                r->attempts[i]++;
+                r->b->attempts[i]++;
                 bool give_up = res->outcome == PB_OUT_REJECT ||
-                               r->attempts[i] >= r->cfg->relay_max_attempts;
+                               r->b->attempts[i] >= r->cfg->relay_max_attempts;
                 if (give_up) {
                     char reason[sizeof res->error + 64];
                     snprintf(reason, sizeof reason, "%s%s",
@@ -344,13 +392,13 @@ static pb_status_t publish_batch(cdc_relay_t *r, pb_error_t *err)
                     continue;
                 }
                 log_warn(FAC, "publish of event %s (%s, attempt %d) failed: %s",
-                         r->events[i].event_id, r->events[i].event_type, r->attempts[i], res->error);
-                pb_metrics_publish_failed(r->snk->ops->name, r->events[i].event_type, false);
+                         r->b->events[i].event_id, r->b->events[i].event_type, r->b->attempts[i], res->error);
+                pb_metrics_publish_failed(r->snk->ops->name, r->b->events[i].event_type, false);
                 res->outcome = PB_OUT_UNTRIED;
                 r->totals.retried++;
                 failed++;
-                if (r->attempts[i] > worst)
-                    worst = r->attempts[i];
+                if (r->b->attempts[i] > worst)
+                    worst = r->b->attempts[i];
             } else if (res->outcome == PB_OUT_HELD) {
                 res->outcome = PB_OUT_UNTRIED; /* its predecessor is settled now */
                 failed++;
@@ -441,9 +489,9 @@ static pb_status_t finish_mark(cdc_relay_t *r, bool wait, pb_error_t *err)
 static pb_status_t send_mark(cdc_relay_t *r, uint64_t lsn, pb_error_t *err)
 {
     if (r->cfg->cdc_mark_published && !r->cfg->cdc_delete_after_insert)
-        for (size_t i = 0; i < r->n; i++)
-            if (r->events[i].id > 0)
-                add_mark(r, r->events[i].id, 0);
+        for (size_t i = 0; i < r->b->n; i++)
+            if (r->b->events[i].id > 0)
+                add_mark(r, r->b->events[i].id, 0);
     if (r->mark_in_flight) {
         if (lsn > r->queued_lsn)
             r->queued_lsn = lsn;
@@ -479,10 +527,10 @@ static pb_status_t flush_marks(cdc_relay_t *r, pb_error_t *err)
 {
     pb_status_t st = finish_mark(r, true, err);
     if (st == PB_OK && (r->n_marks || r->queued_lsn)) {
-        size_t n = r->n;
-        r->n = 0; /* nothing new to queue */
+        size_t n = r->b->n;
+        r->b->n = 0; /* nothing new to queue */
         st = send_mark(r, r->stream.confirmed_lsn, err);
-        r->n = n;
+        r->b->n = n;
         if (st == PB_OK)
             st = finish_mark(r, true, err);
     }
@@ -515,11 +563,17 @@ static void measure_lag(cdc_relay_t *r)
 /* One round: cut a batch from the stream, publish it, confirm. *idle when nothing came. */
 static pb_status_t step(cdc_relay_t *r, bool *idle, pb_error_t *err)
 {
-    pb_status_t st = fill(r, IDLE_TICK_MS, err);
+    if (r->ahead_st != PB_OK) { /* what the read-ahead ran into */
+        pb_status_t st = r->ahead_st;
+        *err = r->ahead_err;
+        r->ahead_st = PB_OK;
+        return st;
+    }
+    pb_status_t st = fill(r, IDLE_TICK_MS, false, err);
     if (st != PB_OK)
         return st;
-    *idle = r->n == 0;
-    if (r->n == 0) {
+    *idle = r->b->n == 0;
+    if (r->b->n == 0) {
         /* the marks catch up; rows that were not visible yet get another try */
         if ((st = flush_marks(r, err)) != PB_OK)
             return st;
@@ -540,14 +594,15 @@ static pb_status_t step(cdc_relay_t *r, bool *idle, pb_error_t *err)
     if ((st = finish_mark(r, wait, err)) != PB_OK || (st = send_mark(r, confirmable, err)) != PB_OK)
         return st;
     int64_t now_us = pb_wall_us();
-    pb_metrics_batch(r->n);
-    for (size_t i = 0; i < r->n; i++) {
-        double delay_ms = (double)(now_us - r->events[i].created_at_us) / 1000.0;
-        pb_metrics_published(r->snk->ops->name, r->events[i].event_type, delay_ms / 1000.0);
-        log_debug(FAC, "published event %s (%s) %.1f ms after its commit", r->events[i].event_id,
-                  r->events[i].event_type, delay_ms);
+    pb_metrics_batch(r->b->n);
+    for (size_t i = 0; i < r->b->n; i++) {
+        double delay_ms = (double)(now_us - r->b->events[i].created_at_us) / 1000.0;
+        pb_metrics_published(r->snk->ops->name, r->b->events[i].event_type, delay_ms / 1000.0);
+        log_debug(FAC, "published event %s (%s) %.1f ms after its commit", r->b->events[i].event_id,
+                  r->b->events[i].event_type, delay_ms);
     }
     clear_batch(r);
+    r->b = next_buf(r); /* what was read ahead */
     /* the LSN is confirmed with the batch's marks (send_mark, finish_mark); until then a status
      * update repeats the last confirmed position */
     return pb_cdc_stream_confirm(&r->stream, r->stream.confirmed_lsn, err);
@@ -559,7 +614,7 @@ static bool drained(cdc_relay_t *r)
 {
     if (r->mark_in_flight || r->n_marks || r->queued_lsn)
         return false;
-    if (r->drain_marker_seen && !r->in_txn && r->n == 0)
+    if (r->drain_marker_seen && !r->in_txn && r->b->n == 0 && next_buf(r)->n == 0)
         return true;
     if (!r->drain_marker_sent) {
         PGresult *res = PQexec(r->conn, "SELECT pg_logical_emit_message(true, '" DRAIN_PREFIX "', '')");
@@ -573,6 +628,7 @@ pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts
                              volatile sig_atomic_t *stop, pb_error_t *err)
 {
     cdc_relay_t r = {.cfg = cfg, .opts = opts, .stop = stop};
+    r.b = &r.bufs[0];
     pb_pgo_decoder_init(&r.dec);
     pb_status_t st = pb_sink_new(cfg, &r.snk, err);
     if (st != PB_OK)
@@ -636,10 +692,12 @@ pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts
     pb_pgo_decoder_free(&r.dec);
     pb_sink_free(r.snk);
     pb_ops_stop(ops);
-    free(r.batch);
-    free(r.events);
-    free(r.results);
-    free(r.attempts);
+    for (int i = 0; i < 2; i++) {
+        free(r.bufs[i].items);
+        free(r.bufs[i].events);
+        free(r.bufs[i].results);
+        free(r.bufs[i].attempts);
+    }
     free(r.marks);
     pb_buf_free(&r.ids);
     return st;

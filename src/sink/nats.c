@@ -66,6 +66,13 @@ typedef struct nats_sink {
     size_t failed;   /* negative acks and timeouts */
     bool conn_err;   /* an ack failed because the connection is gone */
     char first_error[sizeof ((pb_result_t *)0)->error];
+
+    /* between sink_send and sink_await (the loop's thread only) */
+    bool sent_open;
+    unsigned char *sent; /* per event: handed to nats.c */
+    size_t n, nsent, rejected;
+    int64_t t_start;
+    char stop_reason[200];
 } nats_sink_t;
 
 static const pb_sink_ops_t nats_ops;
@@ -474,8 +481,9 @@ static size_t close_batch(nats_sink_t *s, size_t n, const unsigned char *sent)
     return unacked;
 }
 
-static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t n,
-                                pb_result_t *results, pb_error_t *err)
+/* Publishes the batch without waiting for the acks (sink_await collects them). */
+static pb_status_t sink_send(pb_sink_t *snk, const pb_event_t *events, size_t n,
+                             pb_result_t *results, pb_error_t *err)
 {
     nats_sink_t *s = (nats_sink_t *)snk;
     const pb_config_t *cfg = snk->cfg;
@@ -511,7 +519,8 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
     po.MaxWait = cfg->nats_ack_timeout;
     size_t nsent = 0, rejected = 0;
     int64_t t_start = pb_monotonic_ms();
-    char stop_reason[200] = "";
+    char *stop_reason = s->stop_reason;
+    stop_reason[0] = '\0';
     for (size_t i = 0; i < n; i++) {
         pb_result_t *res = &results[i];
         if (res->outcome != PB_OUT_UNTRIED)
@@ -552,11 +561,32 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
         if (ns == NATS_MAX_PAYLOAD) {
             rejected++;
         } else if (ns == NATS_TIMEOUT) {
-            snprintf(stop_reason, sizeof stop_reason, "stalled: %.150s", buf);
+            snprintf(stop_reason, sizeof s->stop_reason, "stalled: %.150s", buf);
         } else if (pb_nats_status_transient(ns)) {
-            snprintf(stop_reason, sizeof stop_reason, "connection lost: %.150s", buf);
+            snprintf(stop_reason, sizeof s->stop_reason, "connection lost: %.150s", buf);
         }
     }
+    s->sent_open = true;
+    s->sent = sent;
+    s->n = n;
+    s->nsent = nsent;
+    s->rejected = rejected;
+    s->t_start = t_start;
+    return PB_OK;
+}
+
+/* Waits for the acks of what sink_send published and settles every outcome. */
+static pb_status_t sink_await(pb_sink_t *snk, pb_error_t *err)
+{
+    nats_sink_t *s = (nats_sink_t *)snk;
+    const pb_config_t *cfg = snk->cfg;
+    if (!s->sent_open)
+        return PB_OK;
+    s->sent_open = false;
+    unsigned char *sent = s->sent;
+    size_t n = s->n, nsent = s->nsent, rejected = s->rejected;
+    int64_t t_start = s->t_start;
+    const char *stop_reason = s->stop_reason;
     if (rejected)
         log_warn(FAC, "%zu events of the batch cannot be published to nats (see their "
                       "last_error)", rejected);
@@ -571,6 +601,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
     pthread_mutex_unlock(&s->mu);
     size_t unacked = close_batch(s, n, sent);
     free(sent);
+    s->sent = NULL;
 
     if (dups)
         log_info(FAC, "%zu of %zu events were already in stream \"%s\": acknowledged as "
@@ -582,7 +613,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
                    "%zu failed, %zu rejected", n, nsent, (long long)(t_sent - t_start),
               (long long)(pb_monotonic_ms() - t_sent), dups, failed + unacked, rejected);
 
-    cs = natsConnection_Status(s->nc);
+    natsConnStatus cs = natsConnection_Status(s->nc);
     if (cs != NATS_CONN_STATUS_CONNECTED || conn_err || stop_reason[0]) {
         const char *why = stop_reason[0] ? stop_reason : pb_nats_conn_status_name(cs);
         drop_connection(s);
@@ -609,6 +640,7 @@ static void sink_free(pb_sink_t *snk)
         return;
     nats_sink_t *s = (nats_sink_t *)snk;
     drop_connection(s);
+    free(s->sent);
     pb_nats_stream_desc_free(&s->stream);
     pb_buf_free(&s->scratch);
     free(s->slots);
@@ -618,10 +650,19 @@ static void sink_free(pb_sink_t *snk)
     pb_nats_lib_release();
 }
 
+static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t n,
+                                pb_result_t *results, pb_error_t *err)
+{
+    pb_status_t st = sink_send(snk, events, n, results, err);
+    return st == PB_OK ? sink_await(snk, err) : st;
+}
+
 static const pb_sink_ops_t nats_ops = {
     .name = "nats",
     .connect = sink_connect,
     .publish = sink_publish,
+    .send = sink_send,
+    .await = sink_await,
     .check = sink_check,
     .idle = sink_idle,
     .free = sink_free,

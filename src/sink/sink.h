@@ -31,6 +31,14 @@ typedef struct pb_sink_ops {
     pb_status_t (*publish)(pb_sink_t *snk, const pb_event_t *events, size_t n,
                            pb_result_t *results, pb_error_t *err);
 
+    /* Optional pair (both NULL, or both set): publish split in two, so that the caller can do
+     * other work while the broker acknowledges. send publishes like publish but returns without
+     * waiting; await (called once after every send that returned PB_OK) waits for the
+     * acknowledgements and sets the results, returning what publish would have. */
+    pb_status_t (*send)(pb_sink_t *snk, const pb_event_t *events, size_t n, pb_result_t *results,
+                        pb_error_t *err);
+    pb_status_t (*await)(pb_sink_t *snk, pb_error_t *err);
+
     /* Optional (may be NULL). Tells, before anything is published, whether an event can never
      * be published by this sink (too large, routing key too long): then fills result with
      * PB_OUT_REJECT and a reason and returns false. The relay then holds back the later events of
