@@ -117,7 +117,7 @@ static pb_status_t connect_pg(consumer_t *c, pb_error_t *err)
 {
     for (int l = 0; l < c->n_lanes; l++) {
         lane_t *lane = &c->lanes[l];
-        pb_status_t st = pb_pg_connect_retry(c->cfg->postgres_dsn, c->cfg->relay_reconnect_cap,
+        pb_status_t st = pb_pg_connect_retry(c->cfg->postgres_dsn, c->cfg->consume_reconnect_cap,
                                              c->stop, &lane->conn, err);
         if (st == PB_OK && (st = pb_inbox_init(&lane->ib, lane->conn, c->cfg, err)) != PB_OK) {
             PQfinish(lane->conn);
@@ -151,7 +151,7 @@ static pb_status_t connect_source(consumer_t *c, pb_error_t *err)
         if (st == PB_FATAL)
             return st;
         c->src_attempt++;
-        int64_t delay = pb_backoff_ms(c->src_attempt, 200, c->cfg->relay_reconnect_cap,
+        int64_t delay = pb_backoff_ms(c->src_attempt, 200, c->cfg->consume_reconnect_cap,
                                       pb_random_unit());
         log_warn(FAC, "waiting for the %s broker (attempt %d, next in %lld ms): %s",
                  c->src->ops->name, c->src_attempt, (long long)delay, err->msg);

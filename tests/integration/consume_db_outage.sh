@@ -34,7 +34,7 @@ relay_drain 120
 inq=$(queue_count)
 ((inq == N)) || fail "the relay put $inq message(s) in the queue, expected $N"
 
-start_consumer --set relay.reconnect_cap=1s --set consume.batch_size=50 --set consume.lanes=2
+start_consumer --set consume.reconnect_cap=1s --set consume.batch_size=50 --set consume.lanes=2
 t0=$(date +%s)
 for ((k = 1; k <= KILLS; k++)); do
     # kill points spread over the run: after k/(KILLS+1) of the messages, plus a random bit

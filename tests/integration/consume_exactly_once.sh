@@ -17,10 +17,10 @@ export POSTBOX_AMQP_QUEUE=$PB_QUEUE POSTBOX_CONSUME_CONSUMER=balances
 export POSTBOX_CONSUME_HANDLER="INSERT INTO balance (account, amount)
     VALUES (\$1::jsonb->>'account', (\$1::jsonb->>'amount')::bigint)
     ON CONFLICT (account) DO UPDATE SET amount = balance.amount + EXCLUDED.amount"
-# quick reconnects after the broker restart (the consumer uses relay.reconnect_cap too), and quick
-# retries of the events whose publish failed in the restart (they hold back their account's
-# later events, which keep their order)
-export POSTBOX_RELAY_RECONNECT_CAP=2s POSTBOX_RELAY_BACKOFF_BASE=200ms POSTBOX_RELAY_BACKOFF_CAP=2s
+# quick reconnects after the broker restart, and quick retries of the events whose publish failed
+# in the restart (they hold back their account's later events, which keep their order)
+export POSTBOX_RELAY_RECONNECT_CAP=2s POSTBOX_CONSUME_RECONNECT_CAP=2s
+export POSTBOX_RELAY_BACKOFF_BASE=200ms POSTBOX_RELAY_BACKOFF_CAP=2s
 N_ACC=200 N_TX=10 PER_TX=2000 ROLLBACK_PER_TX=500
 RELAY_BATCH=50
 total=$((N_TX * PER_TX))

@@ -17,7 +17,7 @@ export POSTBOX_CONSUME_CONSUMER=balances
 export POSTBOX_CONSUME_HANDLER="INSERT INTO balance (account, amount)
     VALUES (\$1::jsonb->>'account', (\$1::jsonb->>'amount')::bigint)
     ON CONFLICT (account) DO UPDATE SET amount = balance.amount + EXCLUDED.amount"
-export POSTBOX_RELAY_RECONNECT_CAP=2s
+export POSTBOX_RELAY_RECONNECT_CAP=2s POSTBOX_CONSUME_RECONNECT_CAP=2s
 # a killed consumer's unacknowledged messages come back after ack_wait
 export POSTBOX_NATS_ACK_WAIT=3s
 DURABLE=postbox_balances
