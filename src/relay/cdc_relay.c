@@ -484,14 +484,19 @@ static pb_status_t finish_mark(cdc_relay_t *r, bool wait, pb_error_t *err)
     return r->streaming ? pb_cdc_stream_confirm(&r->stream, r->mark_lsn, err) : PB_OK;
 }
 
-/* Queues the rows of the batch just published; sends every queued row in one mark unless one
- * is in flight (then lsn waits with them), or, with nothing to mark, confirms lsn at once. */
-static pb_status_t send_mark(cdc_relay_t *r, uint64_t lsn, pb_error_t *err)
+/* Queues the outbox rows of the batch just published, to be marked. */
+static void queue_marks(cdc_relay_t *r)
 {
     if (r->cfg->cdc_mark_published && !r->cfg->cdc_delete_after_insert)
         for (size_t i = 0; i < r->b->n; i++)
             if (r->b->events[i].id > 0)
                 add_mark(r, r->b->events[i].id, 0);
+}
+
+/* Sends every queued row in one mark unless one is in flight (then lsn waits with them), or,
+ * with nothing to mark, confirms lsn at once. */
+static pb_status_t send_mark(cdc_relay_t *r, uint64_t lsn, pb_error_t *err)
+{
     if (r->mark_in_flight) {
         if (lsn > r->queued_lsn)
             r->queued_lsn = lsn;
@@ -527,10 +532,7 @@ static pb_status_t flush_marks(cdc_relay_t *r, pb_error_t *err)
 {
     pb_status_t st = finish_mark(r, true, err);
     if (st == PB_OK && (r->n_marks || r->queued_lsn)) {
-        size_t n = r->b->n;
-        r->b->n = 0; /* nothing new to queue */
         st = send_mark(r, r->stream.confirmed_lsn, err);
-        r->b->n = n;
         if (st == PB_OK)
             st = finish_mark(r, true, err);
     }
@@ -591,6 +593,7 @@ static pb_status_t step(cdc_relay_t *r, bool *idle, pb_error_t *err)
     /* earlier marks ran meanwhile: collect them if done (confirming their LSN), then queue or
      * send this batch's; wait only when too many rows queue up behind a slow mark */
     bool wait = r->n_marks - r->n_sent > MARK_QUEUE_BATCHES * (size_t)r->cfg->relay_batch_size;
+    queue_marks(r);
     if ((st = finish_mark(r, wait, err)) != PB_OK || (st = send_mark(r, confirmable, err)) != PB_OK)
         return st;
     int64_t now_us = pb_wall_us();
