@@ -747,6 +747,12 @@ pb_status_t pb_source_amqp_new(const pb_config_t *cfg, pb_source_t **out, pb_err
                       "that many unacknowledged messages, so every batch waits "
                       "consume.batch_wait", (long long)cfg->consume_batch_size,
                  (long long)cfg->amqp_prefetch);
+    else if (cfg->amqp_prefetch < 3 * cfg->consume_batch_size)
+        /* one batch in the database, the next read ahead, and the one after on its way: with
+         * 500 for batches of 200 the benchmark ran 25-30 % slower than with 1000 */
+        log_warn(FAC, "amqp.prefetch %lld is below 3 x consume.batch_size %lld: the next batch "
+                      "cannot fill while the database handles this one",
+                 (long long)cfg->amqp_prefetch, (long long)cfg->consume_batch_size);
 
     amqp_source_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);
