@@ -6,9 +6,12 @@
  * published again (at least once).
  *
  * Order per aggregate: batch k+1 is claimed before the outcomes of batches k-1 and k are
- * committed, so the aggregates that did not publish cleanly in either are carried over and held
- * back in batch k+1; from batch k+2 on the claim query itself skips them (their failure is
- * settled by then). */
+ * committed, so the events of batches k-1 and k that did not publish cleanly are carried over:
+ * an event of batch k+1 is held back when an earlier event (smaller id) of its aggregate is among
+ * them; once their failures are committed, the claim query sets the later events aside itself
+ * (store/outbox.h). An event that is itself earlier than every carried-over event of its
+ * aggregate (a retried event claimed again) is not held: holding it because later events of its
+ * aggregate were held would hold them all for ever while batches keep meeting that aggregate. */
 #include "relay/relay.h"
 
 #include <errno.h>
@@ -45,7 +48,8 @@ typedef struct slot {
     char (*reasons)[sizeof ((pb_result_t *)0)->error + 64];
     bool claimed;   /* a transaction with a claimed batch (maybe empty) is open */
     bool to_settle; /* published: results and plans wait to be written */
-    pb_buf_t unclean; /* "type\0id\0" of aggregates of its last batch that did not publish cleanly */
+    pb_buf_t unclean; /* per event of its last batch that did not publish cleanly: its id (an
+                       * int64_t) then "aggregate_type\0aggregate_id\0" */
     size_t n_unclean;
 } slot_t;
 
@@ -227,19 +231,24 @@ static bool same_aggregate(const pb_event_t *a, const pb_event_t *b)
            strcmp(a->aggregate_type, b->aggregate_type) == 0;
 }
 
+/* Is an event of s's last batch that did not publish cleanly earlier than ev in its aggregate? */
 static bool unclean_in(const slot_t *s, const pb_event_t *ev)
 {
     const char *p = s->unclean.data;
     for (size_t i = 0; i < s->n_unclean; i++) {
-        const char *type = p, *id = p + strlen(p) + 1;
-        if (strcmp(type, ev->aggregate_type) == 0 && strcmp(id, ev->aggregate_id) == 0)
+        int64_t eid;
+        memcpy(&eid, p, sizeof eid);
+        const char *type = p + sizeof eid, *id = type + strlen(type) + 1;
+        if (eid < ev->id && strcmp(type, ev->aggregate_type) == 0 &&
+            strcmp(id, ev->aggregate_id) == 0)
             return true;
         p = id + strlen(id) + 1;
     }
     return false;
 }
 
-/* Did ev's aggregate fail in one of the two batches published before cur's (the other slots)? */
+/* Did an earlier event of ev's aggregate fail or stay back in one of the two batches published
+ * before cur's (the other slots)? */
 static bool carried_over(const relay_t *rel, const pb_event_t *ev)
 {
     for (int i = 0; i < N_SLOTS; i++)
@@ -248,7 +257,8 @@ static bool carried_over(const relay_t *rel, const pb_event_t *ev)
     return false;
 }
 
-/* Before publishing: events of aggregates that failed in the previous batch are held back;
+/* Before publishing: events behind an event of their aggregate that failed or was held in one of
+ * the two previous batches are held back;
  * events the sink can never publish are rejected, and the later events of their aggregates in
  * this batch are held back, so that they follow the dead letter instead of overtaking it. */
 static void precheck(relay_t *rel, slot_t *s)
@@ -271,15 +281,19 @@ static void precheck(relay_t *rel, slot_t *s)
     }
 }
 
-/* Remembers the aggregates of this batch that did not publish cleanly (see precheck). */
+/* Remembers the events of this batch that did not publish cleanly, and those its claim parked
+ * (see precheck): until the batch is settled, other sessions see the parked ones neither as
+ * waiting nor as claimable, so a later event of their aggregate could otherwise overtake them. */
 static void remember_unclean(slot_t *s)
 {
     pb_buf_reset(&s->unclean);
     s->n_unclean = 0;
-    for (size_t i = 0; i < s->ob.n_events; i++) {
-        if (s->results[i].outcome == PB_OUT_PUBLISHED)
+    for (size_t i = 0; i < s->ob.n_events + s->ob.n_parked; i++) {
+        if (i < s->ob.n_events && s->results[i].outcome == PB_OUT_PUBLISHED)
             continue;
         const pb_event_t *ev = &s->ob.events[i];
+        int64_t eid = ev->id;
+        pb_buf_append(&s->unclean, (const char *)&eid, sizeof eid);
         pb_buf_append(&s->unclean, ev->aggregate_type, strlen(ev->aggregate_type) + 1);
         pb_buf_append(&s->unclean, ev->aggregate_id, strlen(ev->aggregate_id) + 1);
         s->n_unclean++;
@@ -359,6 +373,9 @@ static pb_status_t claim(relay_t *rel, slot_t *s, pb_error_t *err)
     pb_status_t st = pb_outbox_claim(&s->ob, (int)rel->cfg->relay_batch_size, rel->shards.n,
                                      rel->shards.owned_sql.data, err);
     s->claimed = st == PB_OK;
+    if (st == PB_OK && s->ob.n_parked)
+        log_debug(FAC, "claimed %zu events; set aside %zu behind earlier events of their "
+                       "aggregates that wait for a retry", s->ob.n_events, s->ob.n_parked);
     return st;
 }
 
@@ -393,9 +410,12 @@ static pb_status_t relay_step(relay_t *rel, bool *idle, pb_error_t *err)
     if (!cur->claimed && (st = claim(rel, cur, err)) != PB_OK)
         return st;
     if (cur->ob.n_events == 0) {
+        bool parked = cur->ob.n_parked > 0;
         cur->claimed = false;
         if ((st = pb_pg_exec(cur->conn, "COMMIT", err)) != PB_OK)
             return st;
+        if (parked)
+            return PB_OK; /* set aside events that wait: more may follow them, look again */
         bool settled = false; /* settle the others, then look again: they may have hidden more */
         for (int i = 0; i < N_SLOTS && st == PB_OK; i++) {
             if (!rel->slots[i].to_settle)

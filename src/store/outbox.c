@@ -6,24 +6,51 @@
 
 #include "store/pg.h"
 
-/* An event is due when its retry time has come and no earlier event of its aggregate is waiting
- * for a retry (that one must go first: per-aggregate order). The NOT EXISTS probes the
- * outbox_retrying index, which is empty while nothing fails. $2 is relay.shards, $3 the shards
- * this instance owns (see relay/shards.h). */
+/* Events that failed wait for their retry set aside (waiting = true, see
+ * sql/005_retry_waiting.sql), so that the claim never walks over them: its work is bounded by
+ * the batch size however many events wait.
+ *
+ * wake_sql, run before the claim's transaction: up to $1 waiting rows whose retry time has come
+ * go back to the rows the claim walks (outbox_waiting_due). */
+static const char wake_sql[] =
+    "UPDATE postbox.outbox o SET waiting = false "
+    "FROM (SELECT id FROM postbox.outbox "
+    "      WHERE waiting AND next_attempt_at <= now() "
+    "      ORDER BY next_attempt_at, id LIMIT $1 "
+    "      FOR UPDATE SKIP LOCKED) due "
+    "WHERE o.id = due.id";
+
+/* The claim: the next $1 rows in publish order that do not wait (outbox_ready), locked. Per
+ * aggregate order: a candidate behind an earlier waiting event of its aggregate (found through
+ * outbox_waiting, empty while nothing fails) must not overtake it. Such a candidate is not
+ * returned for publishing but parked: it waits too, until the nearest earlier waiting event's
+ * retry time, so no later claim walks over it again. Each row comes back with `parked`: the
+ * caller publishes the others. $2 is relay.shards, $3 the shards this instance owns (see
+ * relay/shards.h). */
 static const char claim_sql[] =
+    "WITH candidates AS ("
+    "    SELECT o.id, o.aggregate_type, o.aggregate_id FROM postbox.outbox o "
+    "    WHERE o.published_at IS NULL AND NOT o.waiting "
+    "      AND ($2::int = 1 OR " PB_OUTBOX_SHARD_SQL("o") " % $2::int = ANY($3::int[])) "
+    "    ORDER BY o.id LIMIT $1 "
+    "    FOR UPDATE OF o SKIP LOCKED), "
+    "blocked AS ("
+    "    SELECT c.id, w.next_attempt_at FROM candidates c "
+    "    JOIN LATERAL (SELECT b.next_attempt_at FROM postbox.outbox b "
+    "                  WHERE b.waiting AND b.aggregate_type = c.aggregate_type "
+    "                    AND b.aggregate_id = c.aggregate_id AND b.id < c.id "
+    "                  ORDER BY b.id DESC LIMIT 1) w ON true), "
+    "parked AS ("
+    "    UPDATE postbox.outbox o SET waiting = true, "
+    "        next_attempt_at = greatest(o.next_attempt_at, b.next_attempt_at) "
+    "    FROM blocked b WHERE o.id = b.id) "
     "SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text, "
     "       o.headers::text, o.destination, "
-    "       (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts "
-    "FROM postbox.outbox o "
-    "WHERE o.published_at IS NULL AND o.next_attempt_at <= now() "
-    "  AND NOT EXISTS (SELECT 1 FROM postbox.outbox b "
-    "                  WHERE b.published_at IS NULL AND b.attempts > 0 "
-    "                    AND b.aggregate_type = o.aggregate_type "
-    "                    AND b.aggregate_id = o.aggregate_id "
-    "                    AND b.id < o.id AND b.next_attempt_at > now()) "
-    "  AND ($2::int = 1 OR " PB_OUTBOX_SHARD_SQL("o") " % $2::int = ANY($3::int[])) "
-    "ORDER BY o.id LIMIT $1 "
-    "FOR UPDATE OF o SKIP LOCKED";
+    "       (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts, "
+    "       b.id IS NOT NULL AS parked "
+    "FROM candidates c JOIN postbox.outbox o ON o.id = c.id "
+    "LEFT JOIN blocked b ON b.id = c.id "
+    "ORDER BY o.id";
 
 static const char mark_sql[] = "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES "SELECT count(*) FROM kept";
 
@@ -31,7 +58,7 @@ static const char delete_sql[] = "DELETE FROM postbox.outbox WHERE id = ANY($1::
 
 static const char retry_sql[] =
     "UPDATE postbox.outbox o "
-    "SET attempts = o.attempts + 1, last_error = f.err, "
+    "SET attempts = o.attempts + 1, last_error = f.err, waiting = true, "
     "    next_attempt_at = now() + f.delay_ms * interval '1 millisecond' "
     "FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS f(id, err, delay_ms) "
     "WHERE o.id = f.id";
@@ -60,6 +87,7 @@ static void clear_batch(pb_outbox_t *ob)
     PQclear(ob->batch);
     ob->batch = NULL;
     ob->n_events = 0;
+    ob->n_parked = 0;
 }
 
 void pb_outbox_free(pb_outbox_t *ob)
@@ -87,7 +115,8 @@ static pb_status_t prepare(PGconn *conn, const char *name, const char *sql, pb_e
 pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err)
 {
     pb_status_t st;
-    if ((st = prepare(ob->conn, "pb_claim", claim_sql, err)) != PB_OK ||
+    if ((st = prepare(ob->conn, "pb_wake", wake_sql, err)) != PB_OK ||
+        (st = prepare(ob->conn, "pb_claim", claim_sql, err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_publish",
                       ob->delete_on_publish ? delete_sql : mark_sql, err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_retry", retry_sql, err)) != PB_OK ||
@@ -100,14 +129,19 @@ pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *
                             pb_error_t *err)
 {
     clear_batch(ob);
-    pb_status_t st = pb_pg_exec(ob->conn, "BEGIN", err);
-    if (st != PB_OK)
-        return st;
     char limit_text[16], shards_text[16];
     snprintf(limit_text, sizeof limit_text, "%d", limit);
     snprintf(shards_text, sizeof shards_text, "%d", shards);
     const char *params[3] = {limit_text, shards_text, owned};
-    PGresult *res = PQexecPrepared(ob->conn, "pb_claim", 3, params, NULL, NULL, 0);
+    /* in a transaction of its own: the woken rows are not held locked while this batch is out */
+    PGresult *res = PQexecPrepared(ob->conn, "pb_wake", 1, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(ob->conn, res, PGRES_COMMAND_OK, "wake waiting events", err);
+    if (st != PB_OK)
+        return st;
+    PQclear(res);
+    if ((st = pb_pg_exec(ob->conn, "BEGIN", err)) != PB_OK)
+        return st;
+    res = PQexecPrepared(ob->conn, "pb_claim", 3, params, NULL, NULL, 0);
     if ((st = pb_pg_check(ob->conn, res, PGRES_TUPLES_OK, "claim outbox batch", err)) != PB_OK) {
         pb_outbox_rollback(ob);
         return st;
@@ -117,9 +151,11 @@ pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *
         ob->events = pb_realloc(ob->events, n * sizeof *ob->events);
         ob->cap_events = n;
     }
+    size_t k = 0; /* the batch from the front, the parked rows from the back */
     for (size_t i = 0; i < n; i++) {
         int r = (int)i;
-        pb_event_t *ev = &ob->events[i];
+        bool parked = PQgetvalue(res, r, 10)[0] == 't';
+        pb_event_t *ev = parked ? &ob->events[n - 1 - ob->n_parked++] : &ob->events[k++];
         ev->id = strtoll(PQgetvalue(res, r, 0), NULL, 10);
         ev->event_id = PQgetvalue(res, r, 1);
         ev->aggregate_type = PQgetvalue(res, r, 2);
@@ -133,7 +169,7 @@ pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *
         ev->attempts = atoi(PQgetvalue(res, r, 9));
     }
     ob->batch = res;
-    ob->n_events = n;
+    ob->n_events = k;
     return PB_OK;
 }
 

@@ -36,6 +36,8 @@ typedef struct pb_outbox {
     PGresult *batch;        /* rows of the claimed batch; events[] point into it */
     pb_event_t *events;
     size_t n_events;
+    size_t n_parked;        /* claimed rows set aside instead (behind a waiting event), in
+                             * events[n_events .. n_events + n_parked) */
     size_t cap_events;
     /* array literals for the settle statements, reused from batch to batch */
     pb_buf_t published_ids, retry_ids, retry_errors, retry_delays, dead_ids, dead_reasons;
@@ -62,10 +64,14 @@ void pb_outbox_free(pb_outbox_t *ob);
 /* Prepares the statements; call after every (re)connect. */
 pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err) PB_MUSTCHECK;
 
-/* BEGIN, then claims up to limit due events in id order, skipping events whose aggregate has an
- * earlier event waiting for a retry; with shards > 1 only events of the shards listed in owned
- * (an int[] literal such as "{0,3}"). ob->events / n_events hold the batch (possibly empty: the
- * transaction is then still open; settle or rollback ends it). */
+/* Wakes up to limit waiting events whose retry time has come (committed at once), then BEGIN
+ * and claims the next limit events in id order that do not wait for a retry; with shards > 1
+ * only events of the shards listed in owned (an int[] literal such as "{0,3}"). Claimed events
+ * behind an earlier waiting event of their aggregate are parked (set waiting, n_parked) instead
+ * of returned for publishing; they follow the batch in ob->events, because until the
+ * transaction ends other sessions see them neither as waiting nor as claimable. ob->events / n_events hold the batch (possibly empty: the transaction is then
+ * still open; settle or rollback ends it and commits the parking). The work is bounded by
+ * limit, not by the number of pending or waiting events. */
 pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *owned,
                             pb_error_t *err) PB_MUSTCHECK;
 

@@ -5,8 +5,9 @@
 
 #include "store/pg.h"
 
-/* ORDER BY id makes the planner walk outbox_pending (a sequential scan could read every
- * published row before it meets a pending one). */
+/* ORDER BY id makes the planner walk the primary key: since schema version 4 the outbox holds
+ * pending rows only, so the first entries qualify (a sequential scan could read the whole table
+ * before it meets the oldest one). */
 static const char stats_sql[] =
     "WITH oldest AS (SELECT id, created_at FROM postbox.outbox WHERE published_at IS NULL "
     "                ORDER BY id LIMIT 1), "

@@ -1,8 +1,8 @@
 /* Cheap figures about the outbox, for the metrics sampler and `postbox status`.
  *
- * Cost stays flat however large the backlog: every probe walks the partial index
- * outbox_pending (pending rows only, in id order) for at most `cap` entries.
- *   - oldest pending: the first entry of outbox_pending (ORDER BY id LIMIT 1); its age is
+ * Cost stays flat however large the backlog: every probe walks the outbox's primary key (the
+ * table holds pending rows only since schema version 4) for at most `cap` entries.
+ *   - oldest pending: the first entry of the primary key (ORDER BY id LIMIT 1); its age is
  *     now() - created_at. Ids are assigned at insert, so this is the oldest event give or take
  *     the length of the transactions that wrote it;
  *   - backlog: counted exactly while it is below cap (a bounded index scan: SELECT 1 ... ORDER
