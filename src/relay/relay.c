@@ -414,9 +414,11 @@ static pb_status_t relay_step(relay_t *rel, bool *idle, pb_error_t *err)
         cur->claimed = false;
         if ((st = pb_pg_exec(cur->conn, "COMMIT", err)) != PB_OK)
             return st;
-        if (parked)
-            return PB_OK; /* set aside events that wait: more may follow them, look again */
-        bool settled = false; /* settle the others, then look again: they may have hidden more */
+        /* Settle the others, then look again: they may have hidden more. Also when the claim
+         * only set events aside: the events they wait behind may be in a batch not yet settled,
+         * whose locks and outcome only its settle releases (looking again without it, the relay
+         * parked the same events for ever). */
+        bool settled = false;
         for (int i = 0; i < N_SLOTS && st == PB_OK; i++) {
             if (!rel->slots[i].to_settle)
                 continue;
@@ -428,6 +430,8 @@ static pb_status_t relay_step(relay_t *rel, bool *idle, pb_error_t *err)
             forget_unclean(rel); /* every outcome is committed: the claim query sees them */
             return st;
         }
+        if (parked)
+            return PB_OK; /* set aside events that wait: more may follow them, look again */
         *idle = true;
         return PB_OK;
     }

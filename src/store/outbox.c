@@ -29,7 +29,10 @@ static const char wake_sql[] =
  * relay/shards.h). */
 static const char claim_sql[] =
     "WITH candidates AS ("
-    "    SELECT o.id, o.aggregate_type, o.aggregate_id FROM postbox.outbox o "
+    "    SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, "
+    "           o.payload::text AS payload, o.headers::text AS headers, o.destination, "
+    "           (extract(epoch FROM o.created_at) * 1000000)::bigint AS created_us, o.attempts "
+    "    FROM postbox.outbox o "
     "    WHERE o.published_at IS NULL AND NOT o.waiting "
     "      AND ($2::int = 1 OR " PB_OUTBOX_SHARD_SQL("o") " % $2::int = ANY($3::int[])) "
     "    ORDER BY o.id LIMIT $1 "
@@ -44,13 +47,10 @@ static const char claim_sql[] =
     "    UPDATE postbox.outbox o SET waiting = true, "
     "        next_attempt_at = greatest(o.next_attempt_at, b.next_attempt_at) "
     "    FROM blocked b WHERE o.id = b.id) "
-    "SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text, "
-    "       o.headers::text, o.destination, "
-    "       (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts, "
-    "       b.id IS NOT NULL AS parked "
-    "FROM candidates c JOIN postbox.outbox o ON o.id = c.id "
-    "LEFT JOIN blocked b ON b.id = c.id "
-    "ORDER BY o.id";
+    "SELECT c.id, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type, c.payload, "
+    "       c.headers, c.destination, c.created_us, c.attempts, b.id IS NOT NULL AS parked "
+    "FROM candidates c LEFT JOIN blocked b ON b.id = c.id "
+    "ORDER BY c.id";
 
 static const char mark_sql[] = "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES "SELECT count(*) FROM kept";
 
