@@ -133,7 +133,11 @@ pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *
     snprintf(limit_text, sizeof limit_text, "%d", limit);
     snprintf(shards_text, sizeof shards_text, "%d", shards);
     const char *params[3] = {limit_text, shards_text, owned};
-    /* in a transaction of its own: the woken rows are not held locked while this batch is out */
+    /* in a transaction of its own: the woken rows are not held locked while this batch is out
+     * (inside an open one, other sessions would see them waiting and locked, and park the events
+     * behind them until that transaction ends) */
+    if (PQtransactionStatus(ob->conn) != PQTRANS_IDLE)
+        return pb_fail(err, PB_TRANSIENT, "claim on a connection with a transaction still open");
     PGresult *res = PQexecPrepared(ob->conn, "pb_wake", 1, params, NULL, NULL, 0);
     pb_status_t st = pb_pg_check(ob->conn, res, PGRES_COMMAND_OK, "wake waiting events", err);
     if (st != PB_OK)
