@@ -22,35 +22,30 @@ static const char wake_sql[] =
 
 /* The claim: the next $1 rows in publish order that do not wait (outbox_ready), locked. Per
  * aggregate order: a candidate behind an earlier waiting event of its aggregate (found through
- * outbox_waiting, empty while nothing fails) must not overtake it. Such a candidate is not
- * returned for publishing but parked: it waits too, until the nearest earlier waiting event's
- * retry time, so no later claim walks over it again. Each row comes back with `parked`: the
- * caller publishes the others. $2 is relay.shards, $3 the shards this instance owns (see
- * relay/shards.h). */
+ * outbox_waiting, empty while nothing fails) must not overtake it; blocked_until is then that
+ * event's retry time, and pb_outbox_claim parks the candidate (park_sql) instead of returning it
+ * for publishing: it waits too, so no later claim walks over it again. While nothing waits this
+ * is one plain statement; park_sql runs only when a candidate is blocked. $2 is relay.shards, $3
+ * the shards this instance owns (see relay/shards.h). */
 static const char claim_sql[] =
-    "WITH candidates AS ("
-    "    SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, "
-    "           o.payload::text AS payload, o.headers::text AS headers, o.destination, "
-    "           (extract(epoch FROM o.created_at) * 1000000)::bigint AS created_us, o.attempts "
-    "    FROM postbox.outbox o "
-    "    WHERE o.published_at IS NULL AND NOT o.waiting "
-    "      AND ($2::int = 1 OR " PB_OUTBOX_SHARD_SQL("o") " % $2::int = ANY($3::int[])) "
-    "    ORDER BY o.id LIMIT $1 "
-    "    FOR UPDATE OF o SKIP LOCKED), "
-    "blocked AS ("
-    "    SELECT c.id, w.next_attempt_at FROM candidates c "
-    "    JOIN LATERAL (SELECT b.next_attempt_at FROM postbox.outbox b "
-    "                  WHERE b.waiting AND b.aggregate_type = c.aggregate_type "
-    "                    AND b.aggregate_id = c.aggregate_id AND b.id < c.id "
-    "                  ORDER BY b.id DESC LIMIT 1) w ON true), "
-    "parked AS ("
-    "    UPDATE postbox.outbox o SET waiting = true, "
-    "        next_attempt_at = greatest(o.next_attempt_at, b.next_attempt_at) "
-    "    FROM blocked b WHERE o.id = b.id) "
-    "SELECT c.id, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type, c.payload, "
-    "       c.headers, c.destination, c.created_us, c.attempts, b.id IS NOT NULL AS parked "
-    "FROM candidates c LEFT JOIN blocked b ON b.id = c.id "
-    "ORDER BY c.id";
+    "SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text, "
+    "       o.headers::text, o.destination, "
+    "       (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts, "
+    "       (SELECT b.next_attempt_at FROM postbox.outbox b "
+    "        WHERE b.waiting AND b.aggregate_type = o.aggregate_type "
+    "          AND b.aggregate_id = o.aggregate_id AND b.id < o.id "
+    "        ORDER BY b.id DESC LIMIT 1) AS blocked_until "
+    "FROM postbox.outbox o "
+    "WHERE o.published_at IS NULL AND NOT o.waiting "
+    "  AND ($2::int = 1 OR " PB_OUTBOX_SHARD_SQL("o") " % $2::int = ANY($3::int[])) "
+    "ORDER BY o.id LIMIT $1 "
+    "FOR UPDATE OF o SKIP LOCKED";
+
+/* Parks claimed rows ($1) until the retry times ($2) of the events they wait behind. */
+static const char park_sql[] =
+    "UPDATE postbox.outbox o SET waiting = true, "
+    "    next_attempt_at = greatest(o.next_attempt_at, p.until) "
+    "FROM unnest($1::bigint[], $2::timestamptz[]) AS p(id, until) WHERE o.id = p.id";
 
 static const char mark_sql[] = "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES "SELECT count(*) FROM kept";
 
@@ -101,6 +96,8 @@ void pb_outbox_free(pb_outbox_t *ob)
     pb_buf_free(&ob->retry_delays);
     pb_buf_free(&ob->dead_ids);
     pb_buf_free(&ob->dead_reasons);
+    pb_buf_free(&ob->park_ids);
+    pb_buf_free(&ob->park_until);
 }
 
 static pb_status_t prepare(PGconn *conn, const char *name, const char *sql, pb_error_t *err)
@@ -117,6 +114,7 @@ pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err)
     pb_status_t st;
     if ((st = prepare(ob->conn, "pb_wake", wake_sql, err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_claim", claim_sql, err)) != PB_OK ||
+        (st = prepare(ob->conn, "pb_park", park_sql, err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_publish",
                       ob->delete_on_publish ? delete_sql : mark_sql, err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_retry", retry_sql, err)) != PB_OK ||
@@ -156,10 +154,18 @@ pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *
         ob->cap_events = n;
     }
     size_t k = 0; /* the batch from the front, the parked rows from the back */
+    pb_buf_reset(&ob->park_ids);
+    pb_buf_reset(&ob->park_until);
     for (size_t i = 0; i < n; i++) {
         int r = (int)i;
-        bool parked = PQgetvalue(res, r, 10)[0] == 't';
+        bool parked = !PQgetisnull(res, r, 10);
         pb_event_t *ev = parked ? &ob->events[n - 1 - ob->n_parked++] : &ob->events[k++];
+        if (parked) {
+            const char *sep = ob->n_parked > 1 ? "," : "{";
+            pb_buf_printf(&ob->park_ids, "%s%s", sep, PQgetvalue(res, r, 0));
+            pb_buf_puts(&ob->park_until, sep);
+            pb_buf_append_array_text(&ob->park_until, PQgetvalue(res, r, 10));
+        }
         ev->id = strtoll(PQgetvalue(res, r, 0), NULL, 10);
         ev->event_id = PQgetvalue(res, r, 1);
         ev->aggregate_type = PQgetvalue(res, r, 2);
@@ -174,6 +180,18 @@ pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *
     }
     ob->batch = res;
     ob->n_events = k;
+    if (ob->n_parked == 0)
+        return PB_OK;
+    pb_buf_putc(&ob->park_ids, '}');
+    pb_buf_putc(&ob->park_until, '}');
+    const char *park_params[2] = {ob->park_ids.data, ob->park_until.data};
+    res = PQexecPrepared(ob->conn, "pb_park", 2, park_params, NULL, NULL, 0);
+    if ((st = pb_pg_check(ob->conn, res, PGRES_COMMAND_OK, "set aside waiting events", err)) !=
+        PB_OK) {
+        pb_outbox_rollback(ob);
+        return st;
+    }
+    PQclear(res);
     return PB_OK;
 }
 

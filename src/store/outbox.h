@@ -41,6 +41,7 @@ typedef struct pb_outbox {
     size_t cap_events;
     /* array literals for the settle statements, reused from batch to batch */
     pb_buf_t published_ids, retry_ids, retry_errors, retry_delays, dead_ids, dead_reasons;
+    pb_buf_t park_ids, park_until; /* the claim's rows to set aside, and until when */
 } pb_outbox_t;
 
 /* What settle needs to know about one failed event besides its outcome. */
