@@ -70,9 +70,10 @@ pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err) PB_MUSTCHECK;
  * only events of the shards listed in owned (an int[] literal such as "{0,3}"). Claimed events
  * behind an earlier waiting event of their aggregate are parked (set waiting, n_parked) instead
  * of returned for publishing; they follow the batch in ob->events, because until the
- * transaction ends other sessions see them neither as waiting nor as claimable. ob->events / n_events hold the batch (possibly empty: the transaction is then
- * still open; settle or rollback ends it and commits the parking). The work is bounded by
- * limit, not by the number of pending or waiting events. */
+ * transaction ends other sessions see them neither as waiting nor as claimable.
+ * ob->events / n_events hold the batch (possibly empty: the transaction is then still open;
+ * settle or rollback ends it and commits the parking). The work is bounded by limit, not by the
+ * number of pending or waiting events. Refused on a connection with a transaction open. */
 pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *owned,
                             pb_error_t *err) PB_MUSTCHECK;
 

@@ -5,8 +5,8 @@
 #
 # The crash point is forced deterministically: a statement trigger on postbox.outbox makes every
 # DELETE (the relay moving published rows to the history, after the broker's acks; the claim's
-# own UPDATEs, which wake and set aside events waiting for a retry, must go on) wait for an advisory lock
-# that this test holds. The relay publishes its first batches, acks arrive, and it blocks before
+# own UPDATEs, which wake and set aside events waiting for a retry, must go on) wait for an
+# advisory lock that this test holds. The relay publishes its first batches, acks arrive, and it blocks before
 # its commit; the test sees the messages in the stream while no row is marked, kills the relay
 # with SIGKILL, releases the lock, drops the trigger and lets a new relay drain the outbox.
 # Checked: stream count == N, nothing pending, the restarted relay's log reports as many
