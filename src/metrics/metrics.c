@@ -21,7 +21,9 @@ typedef struct family {
     int n_labels;
     series_t *series;
     size_t n, cap;
-    size_t last; /* index of the last series used: most calls repeat it */
+    size_t last;        /* index of the last series used: most calls repeat it */
+    char *last_raw[2];  /* the label values that found it, unescaped: a repeat is two strcmp,
+                         * not a formatted key (the relay counts every event) */
 } family_t;
 
 typedef struct histogram {
@@ -46,30 +48,30 @@ static pb_buf_t key_buf;
 
 static family_t published = {"postbox_published_total", "counter",
                              "events the broker confirmed, by sink and event type",
-                             {"sink", "event_type"}, 2, NULL, 0, 0, 0};
+                             {"sink", "event_type"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t publish_errors = {"postbox_publish_errors_total", "counter",
                                   "failed publish attempts (retried or dead-lettered), by sink and event type",
-                                  {"sink", "event_type"}, 2, NULL, 0, 0, 0};
+                                  {"sink", "event_type"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t dead_letters_total = {"postbox_dead_letters_total", "counter",
                                       "events this relay moved to postbox.dead_letters, by sink and event type",
-                                      {"sink", "event_type"}, 2, NULL, 0, 0, 0};
+                                      {"sink", "event_type"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t inbox_processed = {"postbox_inbox_processed_total", "counter",
                                    "messages whose handler ran and committed, by consumer",
-                                   {"consumer", NULL}, 1, NULL, 0, 0, 0};
+                                   {"consumer", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t inbox_duplicates = {"postbox_inbox_duplicates_total", "counter",
                                     "messages found in the inbox already (acknowledged without running the handler), by consumer",
-                                    {"consumer", NULL}, 1, NULL, 0, 0, 0};
+                                    {"consumer", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t inbox_failures = {"postbox_inbox_handler_failures_total", "counter",
                                   "failed handler runs (each retried or dead-lettered), by consumer",
-                                  {"consumer", NULL}, 1, NULL, 0, 0, 0};
+                                  {"consumer", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t inbox_dead = {"postbox_inbox_dead_total", "counter",
                               "messages moved to postbox.inbox_dead, by consumer",
-                              {"consumer", NULL}, 1, NULL, 0, 0, 0};
+                              {"consumer", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t slot_lag = {"postbox_replication_slot_lag_bytes", "gauge",
                             "WAL bytes between the current position and the slot's confirmed flush position",
-                            {"slot", NULL}, 1, NULL, 0, 0, 0};
+                            {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t purged = {"postbox_purged_rows_total", "counter",
-                          "rows deleted by retention, by table", {"table", NULL}, 1, NULL, 0, 0, 0};
+                          "rows deleted by retention, by table", {"table", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 
 static family_t *const families_relay[] = {&published, &publish_errors, &dead_letters_total,
                                            &slot_lag};
@@ -107,6 +109,10 @@ static void family_clear(family_t *f)
     free(f->series);
     f->series = NULL;
     f->n = f->cap = f->last = 0;
+    for (size_t i = 0; i < N_OF(f->last_raw); i++) {
+        free(f->last_raw[i]);
+        f->last_raw[i] = NULL;
+    }
 }
 
 void pb_metrics_reset(void)
@@ -163,9 +169,21 @@ static series_t *find_series(family_t *f, const char *key)
     return NULL;
 }
 
+static bool repeats_last(const family_t *f, const char *const *values)
+{
+    if (f->n == 0)
+        return false;
+    for (int i = 0; i < f->n_labels; i++)
+        if (!f->last_raw[i] || strcmp(f->last_raw[i], values[i] ? values[i] : "") != 0)
+            return false;
+    return true;
+}
+
 /* @locks lock (held by the caller). Returns the series of the label values, creating it. */
 static series_t *series_of(family_t *f, const char *const *values)
 {
+    if (repeats_last(f, values))
+        return &f->series[f->last];
     label_text(&key_buf, f, values);
     series_t *s = find_series(f, key_buf.data);
     if (!s && f->n >= PB_METRICS_MAX_SERIES) {
@@ -183,6 +201,10 @@ static series_t *series_of(family_t *f, const char *const *values)
         s->value = 0;
     }
     f->last = (size_t)(s - f->series);
+    for (int i = 0; i < f->n_labels; i++) {
+        free(f->last_raw[i]);
+        f->last_raw[i] = pb_strdup(values[i] ? values[i] : "");
+    }
     return s;
 }
 

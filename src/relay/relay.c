@@ -1,9 +1,10 @@
-/* The relay loop, triple-buffered: while the broker confirms batch k (one PostgreSQL connection
- * holds its rows locked), one worker thread settles batch k-1 and another claims batch k+1, each
- * on its own connection. The database work thus hides behind the broker's confirm latency
- * instead of adding to it, and settling and claiming do not wait for each other. Rows are marked
- * published only after their confirms; a crash anywhere leaves unsettled rows pending, to be
- * published again (at least once).
+/* The relay loop, triple-buffered: while the broker confirms batch k (claimed in a transaction
+ * still open on one PostgreSQL connection), one worker thread settles batch k-1 and another
+ * claims batch k+1, each on its own connection. The database work thus hides behind the
+ * broker's confirm latency instead of adding to it, and settling and claiming do not wait for
+ * each other. The claim of k+1 names the ids of batches k-1 and k, which it must not take again
+ * (in_flight_except). Rows are marked published only after their confirms; a crash anywhere
+ * leaves unsettled rows pending, to be published again (at least once).
  *
  * Order per aggregate: batch k+1 is claimed before the outcomes of batches k-1 and k are
  * committed, so the events of batches k-1 and k that did not publish cleanly are carried over:
@@ -65,6 +66,8 @@ typedef struct relay {
     pb_shards_t shards; /* owned through advisory locks held by slot 0's session */
     int64_t next_balance;
     size_t *rejected; /* indexes of events rejected by the precheck, per batch */
+    int64_t *in_flight_ids; /* room for the ids of the other slots' batches */
+    pb_buf_t in_flight;     /* their multirange literal, for the next claim */
     /* totals for the periodic log line */
     pb_relay_totals_t totals;
 } relay_t;
@@ -75,6 +78,7 @@ typedef struct worker_job {
     relay_t *rel;
     slot_t *slot;
     bool claim;
+    const char *in_flight; /* for the claim: built before the worker starts */
     pb_settle_counts_t counts;
     pb_status_t st;
     pb_error_t err;
@@ -282,8 +286,9 @@ static void precheck(relay_t *rel, slot_t *s)
 }
 
 /* Remembers the events of this batch that did not publish cleanly, and those its claim parked
- * (see precheck): until the batch is settled, other sessions see the parked ones neither as
- * waiting nor as claimable, so a later event of their aggregate could otherwise overtake them. */
+ * (see precheck): until the batch is settled, other sessions see the parked ones as not waiting
+ * (and the next claims skip them only as in flight), so a later event of their aggregate could
+ * otherwise overtake them. */
 static void remember_unclean(slot_t *s)
 {
     pb_buf_reset(&s->unclean);
@@ -368,10 +373,26 @@ static void add_counts(relay_t *rel, const pb_settle_counts_t *c)
     rel->totals.dead += c->dead;
 }
 
-static pb_status_t claim(relay_t *rel, slot_t *s, pb_error_t *err)
+/* The ids of the batches that the slots other than s hold unsettled (claimed, or published and
+ * waiting to be written), as the claim's multirange: a claim on s must not take them again. */
+static const char *in_flight_except(relay_t *rel, const slot_t *s)
+{
+    size_t n = 0;
+    for (int i = 0; i < N_SLOTS; i++) {
+        const slot_t *o = &rel->slots[i];
+        if (o == s || !(o->claimed || o->to_settle))
+            continue;
+        for (size_t e = 0; e < o->ob.n_events + o->ob.n_parked; e++)
+            rel->in_flight_ids[n++] = o->ob.events[e].id;
+    }
+    pb_outbox_id_ranges(rel->in_flight_ids, n, &rel->in_flight);
+    return rel->in_flight.data;
+}
+
+static pb_status_t claim(relay_t *rel, slot_t *s, const char *in_flight, pb_error_t *err)
 {
     pb_status_t st = pb_outbox_claim(&s->ob, (int)rel->cfg->relay_batch_size, rel->shards.n,
-                                     rel->shards.owned_sql.data, err);
+                                     rel->shards.owned_sql.data, in_flight, err);
     s->claimed = st == PB_OK;
     if (st == PB_OK && s->ob.n_parked)
         log_debug(FAC, "claimed %zu events; set aside %zu behind earlier events of their "
@@ -385,7 +406,7 @@ static void *worker_main(void *arg)
     worker_job_t *job = arg;
     job->st = settle(job->rel, job->slot, &job->counts, &job->err);
     if (job->st == PB_OK && job->claim && !job->slot->claimed)
-        job->st = claim(job->rel, job->slot, &job->err);
+        job->st = claim(job->rel, job->slot, job->in_flight, &job->err);
     return NULL;
 }
 
@@ -407,7 +428,7 @@ static pb_status_t relay_step(relay_t *rel, bool *idle, pb_error_t *err)
     pb_settle_counts_t counts;
     pb_status_t st;
     *idle = false;
-    if (!cur->claimed && (st = claim(rel, cur, err)) != PB_OK)
+    if (!cur->claimed && (st = claim(rel, cur, in_flight_except(rel, cur), err)) != PB_OK)
         return st;
     if (cur->ob.n_events == 0) {
         bool parked = cur->ob.n_parked > 0;
@@ -437,9 +458,10 @@ static pb_status_t relay_step(relay_t *rel, bool *idle, pb_error_t *err)
     }
 
     precheck(rel, cur);
+    slot_t *next = &rel->slots[(rel->cur + 1) % N_SLOTS];
     worker_job_t jobs[2] = {
         {.rel = rel, .slot = &rel->slots[(rel->cur + N_SLOTS - 1) % N_SLOTS]},
-        {.rel = rel, .slot = &rel->slots[(rel->cur + 1) % N_SLOTS], .claim = true},
+        {.rel = rel, .slot = next, .claim = true, .in_flight = in_flight_except(rel, next)},
     };
     pthread_t threads[2];
     bool threaded[2];
@@ -529,6 +551,8 @@ static void relay_free(relay_t *rel)
         pb_buf_free(&rel->slots[i].unclean);
     }
     free(rel->rejected);
+    free(rel->in_flight_ids);
+    pb_buf_free(&rel->in_flight);
     pb_shards_free(&rel->shards);
 }
 
@@ -546,6 +570,7 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
         rel.slots[i].reasons = pb_malloc(cap * sizeof *rel.slots[i].reasons);
     }
     rel.rejected = pb_malloc(cap * sizeof *rel.rejected);
+    rel.in_flight_ids = pb_malloc((N_SLOTS - 1) * cap * sizeof *rel.in_flight_ids);
     pb_shards_init(&rel.shards, (int)cfg->relay_shards);
     rel.totals.logged_at = pb_monotonic_ms();
     pb_ops_t *ops; /* /metrics, /healthz, /readyz; backlog sampling and retention purge */

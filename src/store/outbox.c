@@ -20,26 +20,32 @@ static const char wake_sql[] =
     "      FOR UPDATE SKIP LOCKED) due "
     "WHERE o.id = due.id";
 
-/* The claim: the next $1 rows in publish order that do not wait (outbox_ready), locked. Per
- * aggregate order: a candidate behind an earlier waiting event of its aggregate (found through
- * outbox_waiting, empty while nothing fails) must not overtake it; blocked_until is then that
- * event's retry time, and pb_outbox_claim parks the candidate (park_sql) instead of returning it
- * for publishing: it waits too, so no later claim walks over it again. While nothing waits this
- * is one plain statement; park_sql runs only when a candidate is blocked. $2 is relay.shards, $3
- * the shards this instance owns (see relay/shards.h). */
+/* The claim: the next $1 rows in publish order that do not wait (outbox_ready) and are not in
+ * one of this relay's batches still in flight ($4, a multirange of ids). It takes no row locks:
+ * the shard locks already make this relay the only one claiming these rows (relay/shards.h), and
+ * the ids in flight are exactly what SKIP LOCKED used to skip. Skipping locked rows cost more
+ * than the claim itself: with two batches in flight, every claim tried and failed to lock the
+ * 2 × batch rows ahead of its own, and wrote a lock to each row it took.
+ *
+ * Per aggregate order: a candidate behind an earlier waiting event of its aggregate (found
+ * through outbox_waiting) must not overtake it; blocked_until is then that event's retry time,
+ * and pb_outbox_claim parks the candidate (park_sql) instead of returning it for publishing: it
+ * waits too, so no later claim walks over it again. While nothing waits (checked once per
+ * statement) no candidate looks, and park_sql never runs. $2 is relay.shards, $3 the shards
+ * this instance owns (see relay/shards.h). */
 static const char claim_sql[] =
     "SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text, "
     "       o.headers::text, o.destination, "
     "       (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts, "
+    "       CASE WHEN (SELECT EXISTS (SELECT FROM postbox.outbox w WHERE w.waiting)) THEN "
     "       (SELECT b.next_attempt_at FROM postbox.outbox b "
     "        WHERE b.waiting AND b.aggregate_type = o.aggregate_type "
     "          AND b.aggregate_id = o.aggregate_id AND b.id < o.id "
-    "        ORDER BY b.id DESC LIMIT 1) AS blocked_until "
+    "        ORDER BY b.id DESC LIMIT 1) END AS blocked_until "
     "FROM postbox.outbox o "
-    "WHERE o.published_at IS NULL AND NOT o.waiting "
+    "WHERE o.published_at IS NULL AND NOT o.waiting AND NOT ($4::int8multirange @> o.id) "
     "  AND ($2::int = 1 OR " PB_OUTBOX_SHARD_SQL("o") " % $2::int = ANY($3::int[])) "
-    "ORDER BY o.id LIMIT $1 "
-    "FOR UPDATE OF o SKIP LOCKED";
+    "ORDER BY o.id LIMIT $1";
 
 /* Parks claimed rows ($1) until the retry times ($2) of the events they wait behind. */
 static const char park_sql[] =
@@ -123,14 +129,37 @@ pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err)
     return PB_OK;
 }
 
+static int compare_ids(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void pb_outbox_id_ranges(int64_t *ids, size_t n, pb_buf_t *out)
+{
+    if (n > 1)
+        qsort(ids, n, sizeof *ids, compare_ids);
+    pb_buf_reset(out);
+    pb_buf_putc(out, '{');
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && ids[j] <= ids[j - 1] + 1)
+            j++;
+        pb_buf_printf(out, "%s[%lld,%lld]", i ? "," : "", (long long)ids[i],
+                      (long long)ids[j - 1]);
+        i = j;
+    }
+    pb_buf_putc(out, '}');
+}
+
 pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *owned,
-                            pb_error_t *err)
+                            const char *in_flight, pb_error_t *err)
 {
     clear_batch(ob);
     char limit_text[16], shards_text[16];
     snprintf(limit_text, sizeof limit_text, "%d", limit);
     snprintf(shards_text, sizeof shards_text, "%d", shards);
-    const char *params[3] = {limit_text, shards_text, owned};
+    const char *params[4] = {limit_text, shards_text, owned, in_flight};
     /* in a transaction of its own: the woken rows are not held locked while this batch is out
      * (inside an open one, other sessions would see them waiting and locked, and park the events
      * behind them until that transaction ends) */
@@ -143,7 +172,7 @@ pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *
     PQclear(res);
     if ((st = pb_pg_exec(ob->conn, "BEGIN", err)) != PB_OK)
         return st;
-    res = PQexecPrepared(ob->conn, "pb_claim", 3, params, NULL, NULL, 0);
+    res = PQexecPrepared(ob->conn, "pb_claim", 4, params, NULL, NULL, 0);
     if ((st = pb_pg_check(ob->conn, res, PGRES_TUPLES_OK, "claim outbox batch", err)) != PB_OK) {
         pb_outbox_rollback(ob);
         return st;

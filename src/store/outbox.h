@@ -1,9 +1,10 @@
 /* The relay's side of postbox.outbox: claim a batch of due events, settle their outcomes.
  *
- * One batch is one transaction: pb_outbox_claim opens it and locks the rows (FOR UPDATE SKIP
- * LOCKED), pb_outbox_settle writes every outcome with one set-based statement per kind and
- * commits. If anything fails in between, the transaction is rolled back (or dies with the
- * connection) and the rows are simply claimed again: at least once, never lost. */
+ * One batch is one transaction: pb_outbox_claim opens it and reads the rows (without row locks:
+ * the caller owns their shards and names its batches in flight), pb_outbox_settle writes every
+ * outcome with one set-based statement per kind and commits. If anything fails in between, the
+ * transaction is rolled back (or dies with the connection) and the rows are simply claimed
+ * again: at least once, never lost. */
 #ifndef PB_STORE_OUTBOX_H
 #define PB_STORE_OUTBOX_H
 
@@ -66,16 +67,22 @@ void pb_outbox_free(pb_outbox_t *ob);
 pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err) PB_MUSTCHECK;
 
 /* Wakes up to limit waiting events whose retry time has come (committed at once), then BEGIN
- * and claims the next limit events in id order that do not wait for a retry; with shards > 1
- * only events of the shards listed in owned (an int[] literal such as "{0,3}"). Claimed events
+ * and claims the next limit events in id order that do not wait for a retry and whose ids are
+ * not in in_flight (a multirange literal from pb_outbox_id_ranges: the caller's other batches
+ * not yet settled, which the claim must not take twice); with shards > 1 only events of the
+ * shards listed in owned (an int[] literal such as "{0,3}"). Claimed events
  * behind an earlier waiting event of their aggregate are parked (set waiting, n_parked) instead
  * of returned for publishing; they follow the batch in ob->events, because until the
- * transaction ends other sessions see them neither as waiting nor as claimable.
+ * transaction ends other sessions see them as not waiting: the caller names them in flight too.
  * ob->events / n_events hold the batch (possibly empty: the transaction is then still open;
  * settle or rollback ends it and commits the parking). The work is bounded by limit, not by the
  * number of pending or waiting events. Refused on a connection with a transaction open. */
 pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *owned,
-                            pb_error_t *err) PB_MUSTCHECK;
+                            const char *in_flight, pb_error_t *err) PB_MUSTCHECK;
+
+/* Writes the int8multirange literal of the ids given (sorted in place), one range per run of
+ * consecutive ids: "{[1,1000],[1500,1500]}"; "{}" when n is 0. */
+void pb_outbox_id_ranges(int64_t *ids, size_t n, pb_buf_t *out);
 
 /* Writes results (published, retried with plan delay, dead-lettered) and COMMITs. */
 pb_status_t pb_outbox_settle(pb_outbox_t *ob, const pb_result_t *results,

@@ -1,4 +1,5 @@
-/* Unit tests for the settle arrays: one set-based statement per outcome needs exact literals. */
+/* Unit tests for the settle arrays (one set-based statement per outcome needs exact literals)
+ * and the claim's multirange of the ids in flight. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -61,11 +62,33 @@ static void json_strings_are_escaped(void **state)
     pb_buf_free(&b);
 }
 
+/* The claim skips exactly the ids given: runs of consecutive ids become one range each, in any
+ * input order; nothing else may fall inside a range. */
+static void in_flight_ids_become_ranges(void **state)
+{
+    (void)state;
+    pb_buf_t b = {0};
+    pb_outbox_id_ranges(NULL, 0, &b);
+    assert_string_equal(b.data, "{}");
+    int64_t one[] = {42};
+    pb_outbox_id_ranges(one, 1, &b);
+    assert_string_equal(b.data, "{[42,42]}");
+    /* two batches interleaved, a parked id at the back (as in ob->events), a gap at 7 */
+    int64_t ids[] = {3, 4, 5, 9, 6, 8, 1000000000000, 2};
+    pb_outbox_id_ranges(ids, sizeof ids / sizeof ids[0], &b);
+    assert_string_equal(b.data, "{[2,6],[8,9],[1000000000000,1000000000000]}");
+    int64_t dup[] = {5, 5, 6}; /* never expected, but must not split or widen a range */
+    pb_outbox_id_ranges(dup, 3, &b);
+    assert_string_equal(b.data, "{[5,6]}");
+    pb_buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(builds_arrays_per_outcome),
         cmocka_unit_test(json_strings_are_escaped),
+        cmocka_unit_test(in_flight_ids_become_ranges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
