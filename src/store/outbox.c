@@ -11,7 +11,12 @@
  * the batch size however many events wait.
  *
  * wake_sql, run before the claim's transaction: up to $1 waiting rows whose retry time has come
- * go back to the rows the claim walks (outbox_waiting_due). */
+ * go back to the rows the claim walks (outbox_waiting_due). It runs only when due_sql finds such
+ * a row: a plain read of the same index, and no UPDATE statement (whose statement-level
+ * triggers a user may have put on the outbox would fire) before every claim. */
+static const char due_sql[] =
+    "SELECT EXISTS (SELECT FROM postbox.outbox WHERE waiting AND next_attempt_at <= now())";
+
 static const char wake_sql[] =
     "UPDATE postbox.outbox o SET waiting = false "
     "FROM (SELECT id FROM postbox.outbox "
@@ -118,7 +123,8 @@ static pb_status_t prepare(PGconn *conn, const char *name, const char *sql, pb_e
 pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err)
 {
     pb_status_t st;
-    if ((st = prepare(ob->conn, "pb_wake", wake_sql, err)) != PB_OK ||
+    if ((st = prepare(ob->conn, "pb_due", due_sql, err)) != PB_OK ||
+        (st = prepare(ob->conn, "pb_wake", wake_sql, err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_claim", claim_sql, err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_park", park_sql, err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_publish",
@@ -165,11 +171,18 @@ pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *
      * behind them until that transaction ends) */
     if (PQtransactionStatus(ob->conn) != PQTRANS_IDLE)
         return pb_fail(err, PB_TRANSIENT, "claim on a connection with a transaction still open");
-    PGresult *res = PQexecPrepared(ob->conn, "pb_wake", 1, params, NULL, NULL, 0);
-    pb_status_t st = pb_pg_check(ob->conn, res, PGRES_COMMAND_OK, "wake waiting events", err);
+    PGresult *res = PQexecPrepared(ob->conn, "pb_due", 0, NULL, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(ob->conn, res, PGRES_TUPLES_OK, "look for due waiting events", err);
     if (st != PB_OK)
         return st;
+    bool due = PQgetvalue(res, 0, 0)[0] == 't';
     PQclear(res);
+    if (due) {
+        res = PQexecPrepared(ob->conn, "pb_wake", 1, params, NULL, NULL, 0);
+        if ((st = pb_pg_check(ob->conn, res, PGRES_COMMAND_OK, "wake waiting events", err)) != PB_OK)
+            return st;
+        PQclear(res);
+    }
     if ((st = pb_pg_exec(ob->conn, "BEGIN", err)) != PB_OK)
         return st;
     res = PQexecPrepared(ob->conn, "pb_claim", 4, params, NULL, NULL, 0);
