@@ -71,7 +71,8 @@ static family_t slot_lag = {"postbox_replication_slot_lag_bytes", "gauge",
                             "WAL bytes between the current position and the slot's confirmed flush position",
                             {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t purged = {"postbox_purged_rows_total", "counter",
-                          "rows deleted by retention, by table", {"table", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
+                          "rows deleted by retention, by table",
+                          {"table", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 
 static family_t *const families_relay[] = {&published, &publish_errors, &dead_letters_total,
                                            &slot_lag};

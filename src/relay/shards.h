@@ -13,9 +13,10 @@
  * The shard lock lives in one session, but the relay claims batches on several. A dying instance
  * does not lose all its sessions at the same instant, and a batch still held by one of them
  * (claimed, not yet settled) would be claimed again by a new owner, which takes no row locks and
- * trusts its shards to be its own alone. So every session of an owner also holds a shared "guard" lock
- * (hashtext('postbox.relay.guard'), shard), and a new owner uses a shard only once it could take
- * that guard exclusively for a moment: when no session of the previous owner is left. */
+ * trusts its shards to be its own alone. So every session of an owner also holds a shared
+ * "guard" lock (hashtext('postbox.relay.guard'), shard), and a new owner uses a shard only once
+ * it could take that guard exclusively for a moment: when no session of the previous owner is
+ * left. */
 #ifndef PB_RELAY_SHARDS_H
 #define PB_RELAY_SHARDS_H
 

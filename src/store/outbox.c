@@ -179,7 +179,8 @@ pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *
     PQclear(res);
     if (due) {
         res = PQexecPrepared(ob->conn, "pb_wake", 1, params, NULL, NULL, 0);
-        if ((st = pb_pg_check(ob->conn, res, PGRES_COMMAND_OK, "wake waiting events", err)) != PB_OK)
+        st = pb_pg_check(ob->conn, res, PGRES_COMMAND_OK, "wake waiting events", err);
+        if (st != PB_OK)
             return st;
         PQclear(res);
     }

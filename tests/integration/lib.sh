@@ -288,6 +288,19 @@ check_order() {
         }' "$1"
 }
 
+# drain_exactly_once FILE EXPECT [TIMEOUT_S]: drains the test's queue into FILE, then checks
+# that nothing crashed in effect: each aggregate in order, every event of the outbox arrived,
+# none twice.
+drain_exactly_once() {
+    local file=$1 expect=$2 timeout=${3:-300} stats dups
+    drain_queue "$file" "$expect" 2000 "$timeout"
+    stats=$(check_order "$file") || fail "per-aggregate order broken: $stats"
+    say "$stats"
+    check_all_arrived "$file"
+    dups=$(duplicates_in "$file")
+    ((dups == 0)) || fail "$dups duplicate(s) although nothing crashed"
+}
+
 # check_all_arrived FILE: every event_id of postbox.outbox is among the message ids in FILE.
 check_all_arrived() {
     local file=$1 missing extra

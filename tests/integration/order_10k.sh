@@ -22,12 +22,7 @@ total=$((N_AGG * PER_AGG))
 say "enqueued $(psql_q 'SELECT count(*) FROM postbox.outbox_all') events in $((($(date +%s%N) - t0) / 1000000)) ms"
 
 relay_drain 300
-drain_queue "$PB_TMP/got" $total 2000 300
-stats=$(check_order "$PB_TMP/got") || fail "per-aggregate order broken: $stats"
-say "$stats"
-check_all_arrived "$PB_TMP/got"
-dups=$(duplicates_in "$PB_TMP/got")
-((dups == 0)) || fail "$dups duplicate(s) although nothing crashed"
+drain_exactly_once "$PB_TMP/got" $total 300
 pending=$(pending_count)
 say "pending rows: $pending, published rows: $(published_count), dead letters: $(dead_count)"
 ((pending == 0)) || fail "$pending event(s) still pending"
