@@ -53,6 +53,15 @@ pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err)
         PQfinish(conn);
         return PB_TRANSIENT;
     }
+    /* the relay's claim names its batches in flight as an int8multirange (PostgreSQL 14) */
+    int version = PQserverVersion(conn);
+    if (version < PB_PG_MIN_VERSION) {
+        const char *v = PQparameterStatus(conn, "server_version");
+        pb_fail(err, PB_FATAL, "postgresql %s is too old: postbox needs %d or later",
+                v ? v : "(unknown version)", PB_PG_MIN_VERSION / 10000);
+        PQfinish(conn);
+        return PB_FATAL;
+    }
     PQsetNoticeProcessor(conn, on_notice, NULL);
     *out = conn;
     return PB_OK;

@@ -10,8 +10,12 @@
 
 #include "common/err.h"
 
+/* The oldest PostgreSQL postbox runs on (PQserverVersion form). */
+#define PB_PG_MIN_VERSION 140000
+
 /* One attempt. PB_TRANSIENT when the server cannot be reached or refuses for now, PB_FATAL when
- * the connection string itself is malformed. Routes server notices into our log. */
+ * the connection string itself is malformed or the server is older than PB_PG_MIN_VERSION.
+ * Routes server notices into our log. */
 pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err) PB_MUSTCHECK;
 
 /* Connects, retrying transient failures with exponential backoff (capped at cap_ms) and logging
