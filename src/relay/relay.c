@@ -191,7 +191,7 @@ static pb_status_t connect_sink(relay_t *rel, pb_error_t *err)
 }
 
 /* Sleeps until a NOTIFY arrives, the poll interval passes, or stop. Keeps the broker connection
- * serviced (heartbeats) meanwhile. Both slots are outside any transaction here. */
+ * serviced (heartbeats) meanwhile. No slot is in a transaction here. */
 static pb_status_t wait_for_work(relay_t *rel, pb_error_t *err)
 {
     PGconn *conn = rel->slots[0].conn;
@@ -437,8 +437,8 @@ static pb_status_t relay_step(relay_t *rel, bool *idle, pb_error_t *err)
             return st;
         /* Settle the others, then look again: they may have hidden more. Also when the claim
          * only set events aside: the events they wait behind may be in a batch not yet settled,
-         * whose locks and outcome only its settle releases (looking again without it, the relay
-         * parked the same events for ever). */
+         * whose outcome only its settle commits (until then its ids stay in flight; looking
+         * again without it, the relay parked the same events for ever). */
         bool settled = false;
         for (int i = 0; i < N_SLOTS && st == PB_OK; i++) {
             if (!rel->slots[i].to_settle)

@@ -149,7 +149,7 @@ void pb_outbox_id_ranges(int64_t *ids, size_t n, pb_buf_t *out)
     pb_buf_putc(out, '{');
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
-        while (j < n && ids[j] <= ids[j - 1] + 1)
+        while (j < n && ids[j - 1] < INT64_MAX && ids[j] <= ids[j - 1] + 1)
             j++;
         pb_buf_printf(out, "%s[%lld,%lld]", i ? "," : "", (long long)ids[i],
                       (long long)ids[j - 1]);
