@@ -88,6 +88,7 @@ typedef struct cdc_relay {
     uint64_t queued_lsn; /* covers the rows queued after the mark in flight was sent (0: none) */
     mark_t *marks; /* the first n_sent: in the mark in flight; then the ones still to send */
     size_t n_marks, n_sent, cap_marks;
+    int64_t *mark_ids; /* room for cap_marks ids: the mark's multirange is built from them */
     pb_relay_totals_t totals;
     int64_t lag_at;
 } cdc_relay_t;
@@ -428,6 +429,7 @@ static void add_mark(cdc_relay_t *r, int64_t id, int tries)
     if (r->n_marks == r->cap_marks) {
         r->cap_marks = r->cap_marks ? r->cap_marks * 2 : 1024;
         r->marks = pb_realloc(r->marks, r->cap_marks * sizeof *r->marks);
+        r->mark_ids = pb_realloc(r->mark_ids, r->cap_marks * sizeof *r->mark_ids);
     }
     r->marks[r->n_marks++] = (mark_t){id, tries};
 }
@@ -507,18 +509,17 @@ static pb_status_t send_mark(cdc_relay_t *r, uint64_t lsn, pb_error_t *err)
     r->queued_lsn = 0;
     if (r->n_marks == 0)
         return pb_cdc_stream_confirm(&r->stream, lsn, err);
-    pb_buf_reset(&r->ids);
-    pb_buf_putc(&r->ids, '{');
     for (size_t i = 0; i < r->n_marks; i++)
-        pb_buf_printf(&r->ids, "%s%lld", i ? "," : "", (long long)r->marks[i].id);
-    pb_buf_putc(&r->ids, '}');
+        r->mark_ids[i] = r->marks[i].id;
+    pb_outbox_id_ranges(r->mark_ids, r->n_marks, &r->ids);
     const char *params[1] = {r->ids.data};
     /* returns the rows marked now and those marked before (replayed after a restart); only
      * rows this session cannot see yet are missing */
     if (PQsendQueryParams(r->conn,
                           "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES
                           "SELECT id FROM kept UNION ALL "
-                          "SELECT id FROM postbox.outbox_published WHERE id = ANY($1::bigint[])",
+                          "SELECT p.id FROM postbox.outbox_published p "
+                          "WHERE " PB_OUTBOX_IDS_IN_RANGES("p"),
                           1, NULL, params, NULL, NULL, 0) != 1)
         return pb_fail(err, PB_TRANSIENT, "mark published: %s", PQerrorMessage(r->conn));
     r->mark_in_flight = true;
@@ -702,6 +703,7 @@ pb_status_t pb_relay_run_cdc(const pb_config_t *cfg, const pb_relay_opts_t *opts
         free(r.bufs[i].attempts);
     }
     free(r.marks);
+    free(r.mark_ids);
     pb_buf_free(&r.ids);
     return st;
 }

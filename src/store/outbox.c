@@ -58,9 +58,16 @@ static const char park_sql[] =
     "    next_attempt_at = greatest(o.next_attempt_at, p.until) "
     "FROM unnest($1::bigint[], $2::timestamptz[]) AS p(id, until) WHERE o.id = p.id";
 
-static const char mark_sql[] = "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES "SELECT count(*) FROM kept";
+/* on_publish = mark: the published rows ($1, a multirange) are copied to the history, then
+ * deleted (delete_sql). Two statements cost less than one that moves the rows through a common
+ * table expression, which materialises every deleted row before inserting it: 1,000 rows took
+ * 6.5-9.5 ms of backend CPU against 9.0-11.5. The relay owns the rows it settles, so nothing
+ * changes them between the two. */
+static const char copy_published_sql[] =
+    "INSERT INTO postbox.outbox_published " PB_OUTBOX_HISTORY_COLUMNS " "
+    "SELECT " PB_OUTBOX_HISTORY_VALUES " FROM postbox.outbox o WHERE " PB_OUTBOX_IDS_IN_RANGES("o");
 
-static const char delete_sql[] = "DELETE FROM postbox.outbox WHERE id = ANY($1::bigint[])";
+static const char delete_sql[] = "DELETE FROM postbox.outbox o WHERE " PB_OUTBOX_IDS_IN_RANGES("o");
 
 static const char retry_sql[] =
     "UPDATE postbox.outbox o "
@@ -101,6 +108,9 @@ void pb_outbox_free(pb_outbox_t *ob)
     clear_batch(ob);
     free(ob->events);
     ob->events = NULL;
+    free(ob->published);
+    ob->published = NULL;
+    ob->cap_events = ob->cap_published = 0;
     pb_buf_free(&ob->published_ids);
     pb_buf_free(&ob->retry_ids);
     pb_buf_free(&ob->retry_errors);
@@ -127,8 +137,8 @@ pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err)
         (st = prepare(ob->conn, "pb_wake", wake_sql, err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_claim", claim_sql, err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_park", park_sql, err)) != PB_OK ||
-        (st = prepare(ob->conn, "pb_publish",
-                      ob->delete_on_publish ? delete_sql : mark_sql, err)) != PB_OK ||
+        (st = prepare(ob->conn, "pb_copy_published", copy_published_sql, err)) != PB_OK ||
+        (st = prepare(ob->conn, "pb_delete_published", delete_sql, err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_retry", retry_sql, err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_dead", dead_sql, err)) != PB_OK)
         return st;
@@ -241,7 +251,7 @@ pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *
 void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
                             const pb_settle_plan_t *plans, pb_settle_counts_t *counts)
 {
-    pb_buf_t *bufs[] = {&ob->published_ids, &ob->retry_ids, &ob->retry_errors,
+    pb_buf_t *bufs[] = {&ob->retry_ids, &ob->retry_errors,
                         &ob->retry_delays, &ob->dead_ids, &ob->dead_reasons};
     const size_t n_bufs = sizeof bufs / sizeof bufs[0];
     for (size_t b = 0; b < n_bufs; b++) {
@@ -249,12 +259,15 @@ void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
         pb_buf_putc(bufs[b], '{');
     }
     memset(counts, 0, sizeof *counts);
+    if (ob->n_events > ob->cap_published) {
+        ob->published = pb_realloc(ob->published, ob->n_events * sizeof *ob->published);
+        ob->cap_published = ob->n_events;
+    }
     for (size_t i = 0; i < ob->n_events; i++) {
         long long id = (long long)ob->events[i].id;
         switch (results[i].outcome) {
         case PB_OUT_PUBLISHED:
-            pb_buf_printf(&ob->published_ids, "%s%lld", counts->published ? "," : "", id);
-            counts->published++;
+            ob->published[counts->published++] = (int64_t)id;
             break;
         case PB_OUT_RETRY:
         case PB_OUT_REJECT:
@@ -280,6 +293,7 @@ void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
     }
     for (size_t b = 0; b < n_bufs; b++)
         pb_buf_putc(bufs[b], '}');
+    pb_outbox_id_ranges(ob->published, counts->published, &ob->published_ids);
 }
 
 static pb_status_t exec_prepared(pb_outbox_t *ob, const char *name, int nparams,
@@ -301,8 +315,10 @@ pb_status_t pb_outbox_settle(pb_outbox_t *ob, const pb_result_t *results,
     pb_status_t st = PB_OK;
     if (counts->published) {
         const char *p[1] = {ob->published_ids.data};
-        st = exec_prepared(ob, "pb_publish", 1, p,
-                           ob->delete_on_publish ? PGRES_COMMAND_OK : PGRES_TUPLES_OK, err);
+        if (!ob->delete_on_publish)
+            st = exec_prepared(ob, "pb_copy_published", 1, p, PGRES_COMMAND_OK, err);
+        if (st == PB_OK)
+            st = exec_prepared(ob, "pb_delete_published", 1, p, PGRES_COMMAND_OK, err);
     }
     if (st == PB_OK && counts->retried) {
         const char *p[3] = {ob->retry_ids.data, ob->retry_errors.data, ob->retry_delays.data};

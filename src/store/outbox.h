@@ -17,16 +17,33 @@
 #include "common/event.h"
 #include "common/str.h"
 
-/* Common table expressions that move the outbox rows whose ids are in $1 (a bigint[]) to
- * postbox.outbox_published, stamped now(); `kept` yields the ids moved. Marking a row published
- * in place costs about six times this (see sql/004_published_history.sql). */
+/* The rows (alias a) whose ids lie in $1, an int8multirange literal from pb_outbox_id_ranges.
+ * The bounds let the planner walk the primary key once from the first id to the last; the
+ * containment test then keeps the ids named. For a batch of mostly consecutive ids this costs
+ * about half of `id = ANY(bigint[])`, which parses every id and descends the index once per id
+ * (DELETE of 1,000 rows: 2.0-2.5 against 3.5-4.0 ms of backend CPU). */
+#define PB_OUTBOX_IDS_IN_RANGES(a)                                                              \
+    a ".id >= lower($1::int8multirange) AND " a ".id < upper($1::int8multirange) "             \
+    "AND $1::int8multirange @> " a ".id"
+
+/* The columns of postbox.outbox_published, and what an outbox row puts in them when it is
+ * published now(). */
+#define PB_OUTBOX_HISTORY_COLUMNS                                                               \
+    "(id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, destination, "  \
+    "created_at, published_at, attempts, last_error)"
+#define PB_OUTBOX_HISTORY_VALUES                                                                \
+    "id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, destination, "   \
+    "created_at, now(), attempts, last_error"
+
+/* Common table expressions that move the outbox rows whose ids are in $1 (an int8multirange,
+ * see PB_OUTBOX_IDS_IN_RANGES) to postbox.outbox_published, stamped now(); `kept` yields the ids
+ * moved. Marking a row published in place costs about six times this (see
+ * sql/004_published_history.sql). */
 #define PB_OUTBOX_MOVE_PUBLISHED_CTES                                                           \
-    "moved AS (DELETE FROM postbox.outbox WHERE id = ANY($1::bigint[]) RETURNING *), "          \
-    "kept AS (INSERT INTO postbox.outbox_published (id, event_id, aggregate_type, "             \
-    "    aggregate_id, event_type, payload, headers, destination, created_at, published_at, "   \
-    "    attempts, last_error) "                                                                \
-    "  SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "       \
-    "         destination, created_at, now(), attempts, last_error FROM moved RETURNING id) "
+    "moved AS (DELETE FROM postbox.outbox o WHERE " PB_OUTBOX_IDS_IN_RANGES("o") " "             \
+    "          RETURNING o.*), "                                                                \
+    "kept AS (INSERT INTO postbox.outbox_published " PB_OUTBOX_HISTORY_COLUMNS " "              \
+    "  SELECT " PB_OUTBOX_HISTORY_VALUES " FROM moved RETURNING id) "
 
 /* The shard of an outbox row (alias a) for relay.shards = n: this expression % n. */
 #define PB_OUTBOX_SHARD_SQL(a) "(hashtext(" a ".aggregate_type || '/' || " a ".aggregate_id) & 2147483647)"
@@ -40,7 +57,10 @@ typedef struct pb_outbox {
     size_t n_parked;        /* claimed rows set aside instead (behind a waiting event), in
                              * events[n_events .. n_events + n_parked) */
     size_t cap_events;
-    /* array literals for the settle statements, reused from batch to batch */
+    /* literals for the settle statements, reused from batch to batch: the published ids as an
+     * int8multirange (PB_OUTBOX_IDS_IN_RANGES), the others as arrays */
+    int64_t *published;     /* the published ids (room for cap_published) */
+    size_t cap_published;
     pb_buf_t published_ids, retry_ids, retry_errors, retry_delays, dead_ids, dead_reasons;
     pb_buf_t park_ids, park_until; /* the claim's rows to set aside, and until when */
 } pb_outbox_t;
