@@ -58,9 +58,11 @@ typedef struct pb_outbox {
                              * events[n_events .. n_events + n_parked) */
     size_t cap_events;
     /* literals for the settle statements, reused from batch to batch: the published ids as an
-     * int8multirange (PB_OUTBOX_IDS_IN_RANGES), the others as arrays */
+     * int8multirange (PB_OUTBOX_IDS_IN_RANGES), or as an array when they are sparse; the others
+     * as arrays */
     int64_t *published;     /* the published ids (room for cap_published) */
     size_t cap_published;
+    bool published_sparse;
     pb_buf_t published_ids, retry_ids, retry_errors, retry_delays, dead_ids, dead_reasons;
     pb_buf_t park_ids, park_until; /* the claim's rows to set aside, and until when */
 } pb_outbox_t;

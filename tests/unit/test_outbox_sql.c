@@ -47,8 +47,17 @@ static void builds_arrays_per_outcome(void **state)
     ob.n_events = 4;
     pb_outbox_build_arrays(&ob, results, plans, &counts);
     assert_string_equal(ob.published_ids.data, "{[10,13]}");
+    assert_false(ob.published_sparse);
     assert_string_equal(ob.retry_ids.data, "{}");
     assert_string_equal(ob.dead_ids.data, "{}");
+
+    /* ids spread over more than twice their number (relays sharing the outbox): an array */
+    events[1].id = 30;
+    events[2].id = 31;
+    events[3].id = 40;
+    pb_outbox_build_arrays(&ob, results, plans, &counts);
+    assert_true(ob.published_sparse);
+    assert_string_equal(ob.published_ids.data, "{10,30,31,40}");
     ob.events = NULL; /* not owned by the outbox in this test */
     pb_outbox_free(&ob);
 }
