@@ -511,16 +511,20 @@ static pb_status_t send_mark(cdc_relay_t *r, uint64_t lsn, pb_error_t *err)
         return pb_cdc_stream_confirm(&r->stream, lsn, err);
     for (size_t i = 0; i < r->n_marks; i++)
         r->mark_ids[i] = r->marks[i].id;
-    pb_outbox_id_ranges(r->mark_ids, r->n_marks, &r->ids);
+    bool sparse = pb_outbox_ids_literal(r->mark_ids, r->n_marks, &r->ids);
     const char *params[1] = {r->ids.data};
     /* returns the rows marked now and those marked before (replayed after a restart); only
      * rows this session cannot see yet are missing */
-    if (PQsendQueryParams(r->conn,
-                          "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES
-                          "SELECT id FROM kept UNION ALL "
-                          "SELECT p.id FROM postbox.outbox_published p "
-                          "WHERE " PB_OUTBOX_IDS_IN_RANGES("p"),
-                          1, NULL, params, NULL, NULL, 0) != 1)
+    static const char dense_sql[] =
+        "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_RANGES("o"))
+        "SELECT id FROM kept UNION ALL "
+        "SELECT p.id FROM postbox.outbox_published p WHERE " PB_OUTBOX_IDS_IN_RANGES("p");
+    static const char sparse_sql[] =
+        "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_ARRAY("o"))
+        "SELECT id FROM kept UNION ALL "
+        "SELECT p.id FROM postbox.outbox_published p WHERE " PB_OUTBOX_IDS_IN_ARRAY("p");
+    if (PQsendQueryParams(r->conn, sparse ? sparse_sql : dense_sql, 1, NULL, params, NULL, NULL,
+                          0) != 1)
         return pb_fail(err, PB_TRANSIENT, "mark published: %s", PQerrorMessage(r->conn));
     r->mark_in_flight = true;
     r->n_sent = r->n_marks;

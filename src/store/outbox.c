@@ -58,28 +58,15 @@ static const char park_sql[] =
     "    next_attempt_at = greatest(o.next_attempt_at, p.until) "
     "FROM unnest($1::bigint[], $2::timestamptz[]) AS p(id, until) WHERE o.id = p.id";
 
-/* Settling the published rows, one statement either way: with on_publish = mark a common table
- * expression copies them to the history while the statement deletes them. Copying from the
- * table costs less than moving the rows through the DELETE's RETURNING, which materialises every
- * deleted row before inserting it (1,000 rows: 7.5-10 ms of backend CPU against 8-12.5). Both
- * parts read the rows under the same snapshot.
- *
- * $1 names the rows as an int8multirange (PB_OUTBOX_IDS_IN_RANGES) when their ids are dense, as
- * in a batch of one relay, and as a bigint[] when they are spread over more than twice their
- * number of ids, as when several relays share the outbox by shards: walking the primary key over
- * the other relays' rows would then cost more than one index descent per row. */
-#define IDS_DENSE PB_OUTBOX_IDS_IN_RANGES("o")
-#define IDS_SPARSE "o.id = ANY($1::bigint[])"
-#define COPY_TO_HISTORY(ids)                                                                    \
-    "WITH kept AS (INSERT INTO postbox.outbox_published " PB_OUTBOX_HISTORY_COLUMNS " "         \
-    "              SELECT " PB_OUTBOX_HISTORY_VALUES " FROM postbox.outbox o WHERE " ids ") "
-static const char delete_sql[] = "DELETE FROM postbox.outbox o WHERE " IDS_DENSE;
-static const char delete_sparse_sql[] = "DELETE FROM postbox.outbox o WHERE " IDS_SPARSE;
+/* Settling the published rows, one statement per batch: $1 names them densely or sparsely (see
+ * pb_outbox_ids_literal). */
+static const char delete_sql[] = "DELETE FROM postbox.outbox o WHERE " PB_OUTBOX_IDS_IN_RANGES("o");
+static const char delete_sparse_sql[] =
+    "DELETE FROM postbox.outbox o WHERE " PB_OUTBOX_IDS_IN_ARRAY("o");
 static const char mark_sql[] =
-    COPY_TO_HISTORY(IDS_DENSE) "DELETE FROM postbox.outbox o WHERE " IDS_DENSE;
+    "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_RANGES("o")) "SELECT count(*) FROM kept";
 static const char mark_sparse_sql[] =
-    COPY_TO_HISTORY(IDS_SPARSE) "DELETE FROM postbox.outbox o WHERE " IDS_SPARSE;
-#define SPARSE_FACTOR 2
+    "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_ARRAY("o")) "SELECT count(*) FROM kept";
 
 static const char retry_sql[] =
     "UPDATE postbox.outbox o "
@@ -175,11 +162,34 @@ void pb_outbox_id_ranges(int64_t *ids, size_t n, pb_buf_t *out)
         size_t j = i + 1;
         while (j < n && ids[j - 1] < INT64_MAX && ids[j] <= ids[j - 1] + 1)
             j++;
-        pb_buf_printf(out, "%s[%lld,%lld]", i ? "," : "", (long long)ids[i],
-                      (long long)ids[j - 1]);
+        if (ids[j - 1] == INT64_MAX) /* [x,MAX] would overflow to [x,MAX+1): unbounded */
+            pb_buf_printf(out, "%s[%lld,)", i ? "," : "", (long long)ids[i]);
+        else
+            pb_buf_printf(out, "%s[%lld,%lld]", i ? "," : "", (long long)ids[i],
+                          (long long)ids[j - 1]);
         i = j;
     }
     pb_buf_putc(out, '}');
+}
+
+#define SPARSE_FACTOR 2
+
+bool pb_outbox_ids_literal(int64_t *ids, size_t n, pb_buf_t *out)
+{
+    if (n > 1)
+        qsort(ids, n, sizeof *ids, compare_ids);
+    bool sparse = n == 0 || ids[n - 1] == INT64_MAX ||
+                  (uint64_t)ids[n - 1] - (uint64_t)ids[0] >= SPARSE_FACTOR * n;
+    if (!sparse) {
+        pb_outbox_id_ranges(ids, n, out);
+        return false;
+    }
+    pb_buf_reset(out);
+    pb_buf_putc(out, '{');
+    for (size_t i = 0; i < n; i++)
+        pb_buf_printf(out, "%s%lld", i ? "," : "", (long long)ids[i]);
+    pb_buf_putc(out, '}');
+    return true;
 }
 
 pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *owned,
@@ -307,21 +317,8 @@ void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
     }
     for (size_t b = 0; b < n_bufs; b++)
         pb_buf_putc(bufs[b], '}');
-    size_t n = counts->published;
-    int64_t lo = INT64_MAX, hi = INT64_MIN;
-    for (size_t i = 0; i < n; i++) {
-        lo = ob->published[i] < lo ? ob->published[i] : lo;
-        hi = ob->published[i] > hi ? ob->published[i] : hi;
-    }
-    ob->published_sparse = n > 0 && (uint64_t)hi - (uint64_t)lo >= SPARSE_FACTOR * n;
-    if (!ob->published_sparse) {
-        pb_outbox_id_ranges(ob->published, n, &ob->published_ids);
-        return;
-    }
-    pb_buf_reset(&ob->published_ids);
-    for (size_t i = 0; i < n; i++)
-        pb_buf_printf(&ob->published_ids, "%c%lld", i ? ',' : '{', (long long)ob->published[i]);
-    pb_buf_putc(&ob->published_ids, '}');
+    ob->published_sparse = pb_outbox_ids_literal(ob->published, counts->published,
+                                                 &ob->published_ids);
 }
 
 static pb_status_t exec_prepared(pb_outbox_t *ob, const char *name, int nparams,
@@ -344,7 +341,7 @@ pb_status_t pb_outbox_settle(pb_outbox_t *ob, const pb_result_t *results,
     if (counts->published) {
         const char *p[1] = {ob->published_ids.data};
         st = exec_prepared(ob, ob->published_sparse ? "pb_publish_sparse" : "pb_publish", 1, p,
-                           PGRES_COMMAND_OK, err);
+                           ob->delete_on_publish ? PGRES_COMMAND_OK : PGRES_TUPLES_OK, err);
     }
     if (st == PB_OK && counts->retried) {
         const char *p[3] = {ob->retry_ids.data, ob->retry_errors.data, ob->retry_delays.data};

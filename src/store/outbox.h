@@ -17,33 +17,30 @@
 #include "common/event.h"
 #include "common/str.h"
 
-/* The rows (alias a) whose ids lie in $1, an int8multirange literal from pb_outbox_id_ranges.
- * The bounds let the planner walk the primary key once from the first id to the last; the
- * containment test then keeps the ids named. For a batch of mostly consecutive ids this costs
- * about half of `id = ANY(bigint[])`, which parses every id and descends the index once per id
- * (DELETE of 1,000 rows: 2.0-2.5 against 3.5-4.0 ms of backend CPU). */
+/* The rows (alias a) whose ids $1 names, as pb_outbox_ids_literal wrote it: dense ids as an
+ * int8multirange, whose bounds let the planner walk the primary key once from the first id to
+ * the last while the containment test keeps the ids named (DELETE of 1,000 consecutive ids: 2.0-
+ * 2.5 ms of backend CPU, against 3.5-4.0 for `= ANY(bigint[])`, which parses every id and
+ * descends the index once per id); sparse ids as a bigint[], since walking the key over the rows
+ * between them would cost more. */
 #define PB_OUTBOX_IDS_IN_RANGES(a)                                                              \
     a ".id >= lower($1::int8multirange) AND " a ".id < upper($1::int8multirange) "             \
     "AND $1::int8multirange @> " a ".id"
+#define PB_OUTBOX_IDS_IN_ARRAY(a) a ".id = ANY($1::bigint[])"
 
-/* The columns of postbox.outbox_published, and what an outbox row puts in them when it is
- * published now(). */
-#define PB_OUTBOX_HISTORY_COLUMNS                                                               \
-    "(id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, destination, "  \
-    "created_at, published_at, attempts, last_error)"
-#define PB_OUTBOX_HISTORY_VALUES                                                                \
-    "id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, destination, "   \
-    "created_at, now(), attempts, last_error"
-
-/* Common table expressions that move the outbox rows whose ids are in $1 (an int8multirange,
- * see PB_OUTBOX_IDS_IN_RANGES) to postbox.outbox_published, stamped now(); `kept` yields the ids
- * moved. Marking a row published in place costs about six times this (see
- * sql/004_published_history.sql). */
-#define PB_OUTBOX_MOVE_PUBLISHED_CTES                                                           \
-    "moved AS (DELETE FROM postbox.outbox o WHERE " PB_OUTBOX_IDS_IN_RANGES("o") " "             \
-    "          RETURNING o.*), "                                                                \
-    "kept AS (INSERT INTO postbox.outbox_published " PB_OUTBOX_HISTORY_COLUMNS " "              \
-    "  SELECT " PB_OUTBOX_HISTORY_VALUES " FROM moved RETURNING id) "
+/* Common table expressions that move the outbox rows (alias o) matching ids, one of the two
+ * predicates above, to postbox.outbox_published, stamped now(); `kept` yields the ids moved.
+ * The rows go through the DELETE's RETURNING, so exactly the rows deleted are kept, even when
+ * another session changed or deleted some of them meanwhile (a copy read from the table would
+ * see the statement's snapshot instead). Marking a row published in place costs about six times
+ * this (see sql/004_published_history.sql). */
+#define PB_OUTBOX_MOVE_PUBLISHED_CTES(ids)                                                      \
+    "moved AS (DELETE FROM postbox.outbox o WHERE " ids " RETURNING o.*), "                     \
+    "kept AS (INSERT INTO postbox.outbox_published (id, event_id, aggregate_type, "             \
+    "    aggregate_id, event_type, payload, headers, destination, created_at, published_at, "   \
+    "    attempts, last_error) "                                                                \
+    "  SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "       \
+    "         destination, created_at, now(), attempts, last_error FROM moved RETURNING id) "
 
 /* The shard of an outbox row (alias a) for relay.shards = n: this expression % n. */
 #define PB_OUTBOX_SHARD_SQL(a) "(hashtext(" a ".aggregate_type || '/' || " a ".aggregate_id) & 2147483647)"
@@ -57,9 +54,8 @@ typedef struct pb_outbox {
     size_t n_parked;        /* claimed rows set aside instead (behind a waiting event), in
                              * events[n_events .. n_events + n_parked) */
     size_t cap_events;
-    /* literals for the settle statements, reused from batch to batch: the published ids as an
-     * int8multirange (PB_OUTBOX_IDS_IN_RANGES), or as an array when they are sparse; the others
-     * as arrays */
+    /* literals for the settle statements, reused from batch to batch: the published ids from
+     * pb_outbox_ids_literal (published_sparse: an array, else a multirange), the others arrays */
     int64_t *published;     /* the published ids (room for cap_published) */
     size_t cap_published;
     bool published_sparse;
@@ -105,6 +101,12 @@ pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *
 /* Writes the int8multirange literal of the ids given (sorted in place), one range per run of
  * consecutive ids: "{[1,1000],[1500,1500]}"; "{}" when n is 0. */
 void pb_outbox_id_ranges(int64_t *ids, size_t n, pb_buf_t *out);
+
+/* Writes the literal that names the given ids (sorted in place; "{}" for none) for $1 of
+ * PB_OUTBOX_IDS_IN_RANGES or PB_OUTBOX_IDS_IN_ARRAY, and returns true when it is the array: when
+ * the ids are spread over more than twice their number of ids (relays sharing the outbox by
+ * shards, marks retried beside new ones), or reach INT64_MAX, which a range cannot bound. */
+bool pb_outbox_ids_literal(int64_t *ids, size_t n, pb_buf_t *out);
 
 /* Writes results (published, retried with plan delay, dead-lettered) and COMMITs. */
 pb_status_t pb_outbox_settle(pb_outbox_t *ob, const pb_result_t *results,

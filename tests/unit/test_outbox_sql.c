@@ -89,6 +89,30 @@ static void in_flight_ids_become_ranges(void **state)
     int64_t dup[] = {5, 5, 6}; /* never expected, but must not split or widen a range */
     pb_outbox_id_ranges(dup, 3, &b);
     assert_string_equal(b.data, "{[5,6]}");
+    /* [x,MAX] is refused by PostgreSQL (its canonical form [x,MAX+1) overflows) */
+    int64_t top[] = {INT64_MAX, INT64_MAX - 1, 7};
+    pb_outbox_id_ranges(top, 3, &b);
+    assert_string_equal(b.data, "{[7,7],[9223372036854775806,)}");
+    pb_buf_free(&b);
+}
+
+/* Settle names dense ids by ranges (one walk of the primary key) and sparse ones by an array
+ * (one index descent each): the boundary is a span of twice their number. */
+static void settle_ids_dense_or_sparse(void **state)
+{
+    (void)state;
+    pb_buf_t b = {0};
+    int64_t dense[] = {13, 10}; /* walking 10..13 visits 4 = 2 x 2 ids */
+    assert_false(pb_outbox_ids_literal(dense, 2, &b));
+    assert_string_equal(b.data, "{[10,10],[13,13]}");
+    int64_t sparse[] = {14, 10}; /* 10..14 would visit 5 */
+    assert_true(pb_outbox_ids_literal(sparse, 2, &b));
+    assert_string_equal(b.data, "{10,14}");
+    int64_t top[] = {INT64_MAX - 1, INT64_MAX}; /* dense, but a range cannot end at INT64_MAX */
+    assert_true(pb_outbox_ids_literal(top, 2, &b));
+    assert_string_equal(b.data, "{9223372036854775806,9223372036854775807}");
+    assert_true(pb_outbox_ids_literal(NULL, 0, &b));
+    assert_string_equal(b.data, "{}");
     pb_buf_free(&b);
 }
 
@@ -98,6 +122,7 @@ int main(void)
         cmocka_unit_test(builds_arrays_per_outcome),
         cmocka_unit_test(json_strings_are_escaped),
         cmocka_unit_test(in_flight_ids_become_ranges),
+        cmocka_unit_test(settle_ids_dense_or_sparse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
