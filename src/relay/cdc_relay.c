@@ -88,7 +88,7 @@ typedef struct cdc_relay {
     uint64_t queued_lsn; /* covers the rows queued after the mark in flight was sent (0: none) */
     mark_t *marks; /* the first n_sent: in the mark in flight; then the ones still to send */
     size_t n_marks, n_sent, cap_marks;
-    int64_t *mark_ids; /* room for cap_marks ids: the mark's multirange is built from them */
+    int64_t *mark_ids; /* room for cap_marks ids, for the mark's pb_outbox_ids_literal */
     pb_relay_totals_t totals;
     int64_t lag_at;
 } cdc_relay_t;

@@ -99,7 +99,9 @@ pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *
                             const char *in_flight, pb_error_t *err) PB_MUSTCHECK;
 
 /* Writes the int8multirange literal of the ids given (sorted in place), one range per run of
- * consecutive ids: "{[1,1000],[1500,1500]}"; "{}" when n is 0. */
+ * consecutive ids: "{[1,1000],[1500,1500]}"; "{}" when n is 0. A run that ends at INT64_MAX is
+ * written unbounded, "[x,)": PostgreSQL cannot store [x,INT64_MAX] (its canonical form overflows),
+ * and no id lies above it. */
 void pb_outbox_id_ranges(int64_t *ids, size_t n, pb_buf_t *out);
 
 /* Writes the literal that names the given ids (sorted in place; "{}" for none) for $1 of
