@@ -152,10 +152,15 @@ static int compare_ids(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-void pb_outbox_id_ranges(int64_t *ids, size_t n, pb_buf_t *out)
+static void sort_ids(int64_t *ids, size_t n)
 {
     if (n > 1)
         qsort(ids, n, sizeof *ids, compare_ids);
+}
+
+/* pb_outbox_id_ranges of ids already sorted */
+static void write_ranges(const int64_t *ids, size_t n, pb_buf_t *out)
+{
     pb_buf_reset(out);
     pb_buf_putc(out, '{');
     for (size_t i = 0; i < n;) {
@@ -172,16 +177,21 @@ void pb_outbox_id_ranges(int64_t *ids, size_t n, pb_buf_t *out)
     pb_buf_putc(out, '}');
 }
 
+void pb_outbox_id_ranges(int64_t *ids, size_t n, pb_buf_t *out)
+{
+    sort_ids(ids, n);
+    write_ranges(ids, n, out);
+}
+
 #define SPARSE_FACTOR 2
 
 bool pb_outbox_ids_literal(int64_t *ids, size_t n, pb_buf_t *out)
 {
-    if (n > 1)
-        qsort(ids, n, sizeof *ids, compare_ids);
+    sort_ids(ids, n);
     bool sparse = n == 0 || ids[n - 1] == INT64_MAX ||
                   (uint64_t)ids[n - 1] - (uint64_t)ids[0] >= SPARSE_FACTOR * n;
     if (!sparse) {
-        pb_outbox_id_ranges(ids, n, out);
+        write_ranges(ids, n, out);
         return false;
     }
     pb_buf_reset(out);
