@@ -20,12 +20,12 @@
 #include <amqp_framing.h>
 #include <jansson.h>
 
-#include "common/amqp_conn.h"
+#include "broker/amqp/conn.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/route.h"
 #include "common/str.h"
-#include "common/amqp_url.h"
+#include "broker/amqp/url.h"
 
 #define FAC "sink.amqp"
 #define CHANNEL PB_AMQP_LINK_CHANNEL

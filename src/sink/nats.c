@@ -52,7 +52,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/nats_conn.h"
+#include "broker/nats/conn.h"
 #include "common/route.h"
 #include "common/str.h"
 #include "sink/nats_ack.h"

@@ -27,11 +27,11 @@
 #include <amqp.h>
 #include <amqp_framing.h>
 
-#include "common/amqp_conn.h"
+#include "broker/amqp/conn.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/str.h"
-#include "common/amqp_url.h"
+#include "broker/amqp/url.h"
 #include "source/amqp_headers.h"
 
 #define FAC "source.amqp"

@@ -36,7 +36,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/nats_conn.h"
+#include "broker/nats/conn.h"
 #include "common/str.h"
 #include "source/amqp_headers.h"
 

@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#include "common/amqp_url.h"
+#include "broker/amqp/url.h"
 
 static void parse_ok(const char *url, pb_amqp_url_t *u)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/nats_conn.h"
+#include "broker/nats/conn.h"
 
 static void matches_wildcards(void **state)
 {

@@ -1,4 +1,4 @@
-#include "common/amqp_conn.h"
+#include "broker/amqp/conn.h"
 
 #include <string.h>
 #include <sys/time.h>
@@ -6,7 +6,7 @@
 #include <amqp_framing.h>
 
 #include "common/clock.h"
-#include "common/amqp_url.h"
+#include "broker/amqp/url.h"
 
 void pb_amqp_link_drop(pb_amqp_link_t *lk)
 {

@@ -1,4 +1,4 @@
-#include "common/amqp_url.h"
+#include "broker/amqp/url.h"
 
 #include <ctype.h>
 #include <errno.h>

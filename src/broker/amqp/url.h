@@ -2,8 +2,8 @@
  * URL parsing, opening a logged-in connection, and formatting rabbitmq-c replies.
  *
  * @thread any, but one connection is only ever used by one thread (rabbitmq-c rule). */
-#ifndef PB_COMMON_AMQP_URL_H
-#define PB_COMMON_AMQP_URL_H
+#ifndef PB_BROKER_AMQP_URL_H
+#define PB_BROKER_AMQP_URL_H
 
 #include <stdbool.h>
 #include <stddef.h>

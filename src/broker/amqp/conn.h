@@ -2,12 +2,12 @@
  * one connection with one channel, PB_AMQP_LINK_CHANNEL, and the bookkeeping around closing it,
  * answering the broker's closes and reading frames with a deadline.
  *
- * Opening the connection itself (URL, TLS, login) is pb_amqp_open in sink/amqp_url.h; these
+ * Opening the connection itself (URL, TLS, login) is pb_amqp_open in broker/amqp/url.h; these
  * functions take over from there. None of them logs: the caller knows its facility and words.
  *
  * @thread the owner's thread only (a rabbitmq-c connection is not thread-safe). */
-#ifndef PB_COMMON_AMQP_CONN_H
-#define PB_COMMON_AMQP_CONN_H
+#ifndef PB_BROKER_AMQP_CONN_H
+#define PB_BROKER_AMQP_CONN_H
 
 #include <stdbool.h>
 #include <stddef.h>

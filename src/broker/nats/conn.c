@@ -1,4 +1,4 @@
-#include "common/nats_conn.h"
+#include "broker/nats/conn.h"
 
 #include <ctype.h>
 #include <errno.h>

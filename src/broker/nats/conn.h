@@ -11,8 +11,8 @@
  * password or token.
  *
  * @thread any caller thread; the callbacks installed here run on nats.c's threads and only log. */
-#ifndef PB_COMMON_NATS_CONN_H
-#define PB_COMMON_NATS_CONN_H
+#ifndef PB_BROKER_NATS_CONN_H
+#define PB_BROKER_NATS_CONN_H
 
 #include <stdbool.h>
 #include <stddef.h>
