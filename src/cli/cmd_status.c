@@ -195,7 +195,7 @@ int pb_cmd_status(pb_cli_t *cli)
     pb_outbox_stats_t s;
     if (pb_stats_outbox(conn, STATUS_CAP, &s, &err) != PB_OK) {
         fprintf(stderr, "postbox status: %s%s\n", err.msg,
-                strstr(err.msg, "does not exist") ? " (run `postbox init` first)" : "");
+                pb_error_schema_missing(&err) ? " (run `postbox init` first)" : "");
         goto out;
     }
     if (!(owners = query(conn, owner_sql, "relay owner")) ||

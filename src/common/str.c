@@ -9,25 +9,108 @@
 pb_status_t pb_fail(pb_error_t *err, pb_status_t status, const char *fmt, ...)
 {
     if (err) {
+        char msg[sizeof err->msg]; /* an argument may be err->msg itself */
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
+        pb_text_copy(err->msg, sizeof err->msg, msg);
+        err->status = status;
+        err->sqlstate[0] = '\0';
     }
     return status;
+}
+
+_Noreturn void pb_out_of_memory(void)
+{
+    fputs("postbox: out of memory\n", stderr);
+    abort();
+}
+
+_Noreturn void pb_assert_fail(const char *cond, const char *file, int line, const char *func)
+{
+    fprintf(stderr, "postbox: assertion failed: %s (%s:%d, %s)\n", cond, file, line, func);
+    fflush(stderr);
+    abort();
+}
+
+/* Length of the valid UTF-8 sequence at s (at most n bytes), or 0 when it is not one. */
+static size_t utf8_sequence(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    size_t len;
+    uint32_t min, cp;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2, min = 0x80, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF)
+        len = 3, min = 0x800, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4)
+        len = 4, min = 0x10000, cp = c & 0x07;
+    else
+        return 0;
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return len;
+}
+
+size_t pb_utf8_prefix(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n && u[i]) {
+        size_t len = utf8_sequence(u + i, n - i);
+        if (len == 0) {
+            /* an invalid byte counts as one character: pb_text_copy replaces it */
+            i++;
+            continue;
+        }
+        i += len;
+    }
+    return i;
+}
+
+size_t pb_text_copy(char *dst, size_t dstsz, const char *src)
+{
+    if (!dstsz)
+        return 0;
+    const unsigned char *u = (const unsigned char *)(src ? src : "");
+    size_t o = 0;
+    while (*u) {
+        size_t len = utf8_sequence(u, strnlen((const char *)u, 4));
+        bool bad = len == 0 || (len == 1 && *u < 0x20 && *u != '\t');
+        size_t out = bad ? 1 : len;
+        if (o + out >= dstsz)
+            break;
+        if (bad)
+            dst[o++] = *u == '\n' || *u == '\r' ? ' ' : '?';
+        else
+            for (size_t i = 0; i < len; i++)
+                dst[o++] = (char)u[i];
+        u += bad ? 1 : len;
+    }
+    dst[o] = '\0';
+    return o;
 }
 
 void pb_errbuf_set(char *errbuf, size_t errlen, const char *fmt, ...)
 {
     if (!errbuf || !errlen)
         return;
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    for (char *p = errbuf; *p; p++)
-        if (*p == '\n')
-            *p = ' ';
+    pb_text_copy(errbuf, errlen, msg);
 }
 
 bool pb_parse_duration_ms(const char *s, double bare_unit_ms, int64_t *out)
@@ -59,20 +142,16 @@ bool pb_parse_duration_ms(const char *s, double bare_unit_ms, int64_t *out)
 void *pb_malloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
-    if (!p) {
-        fputs("postbox: out of memory\n", stderr);
-        abort();
-    }
+    if (!p)
+        pb_out_of_memory();
     return p;
 }
 
 void *pb_realloc(void *p, size_t n)
 {
     void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        fputs("postbox: out of memory\n", stderr);
-        abort();
-    }
+    if (!q)
+        pb_out_of_memory();
     return q;
 }
 

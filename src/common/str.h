@@ -32,6 +32,18 @@ void pb_buf_append_json_string(pb_buf_t *b, const char *s);
  * Returns false (*out untouched) for a negative number, an unknown unit or trailing text. */
 bool pb_parse_duration_ms(const char *s, double bare_unit_ms, int64_t *out);
 
+/* The length of the longest prefix of s within n bytes (and before a NUL) that does not end
+ * inside a UTF-8 character. */
+size_t pb_utf8_prefix(const char *s, size_t n);
+
+/* Copies src (NULL: "") into dst of dstsz bytes as text fit for PostgreSQL and a log line: cut
+ * on a UTF-8 character boundary, invalid bytes and control characters other than tab replaced
+ * (newlines by a space, the rest by '?'), always NUL-terminated. Returns the length written. */
+size_t pb_text_copy(char *dst, size_t dstsz, const char *src);
+
+/* Ends the process: running out of memory is not recoverable in the relay. */
+_Noreturn void pb_out_of_memory(void);
+
 /* Allocation that aborts on failure: running out of memory is not recoverable in the relay. */
 void *pb_malloc(size_t n);
 void *pb_realloc(void *p, size_t n);

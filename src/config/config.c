@@ -183,7 +183,7 @@ void pb_config_init(pb_config_t *cfg)
         if (assign(cfg, &options[i], options[i].dflt, &err) != PB_OK) {
             /* a bad default is a bug in options.def, caught by the unit tests */
             fprintf(stderr, "postbox: bad default: %s\n", err.msg);
-            abort();
+            PB_ASSERT(!"every default in options.def is valid");
         }
     }
 }
@@ -277,7 +277,7 @@ static int on_ini_entry(void *user, const char *section, const char *name, const
 
 pb_status_t pb_config_load_file(pb_config_t *cfg, const char *path, pb_error_t *err)
 {
-    pb_error_t inner = {{0}};
+    pb_error_t inner = {0};
     ini_ctx_t ctx = {cfg, &inner, false};
     int rc = ini_parse(path, on_ini_entry, &ctx);
     if (rc == -1)

@@ -122,7 +122,7 @@ static pb_status_t connect_pg(consumer_t *c, pb_error_t *err)
         if (st == PB_OK && (st = pb_inbox_init(&lane->ib, lane->conn, c->cfg, err)) != PB_OK) {
             PQfinish(lane->conn);
             lane->conn = NULL;
-            if (st == PB_FATAL && strstr(err->msg, "postbox.inbox"))
+            if (st == PB_FATAL && pb_error_schema_missing(err))
                 pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
         }
         if (st != PB_OK) {

@@ -154,7 +154,7 @@ static pb_status_t connect_conn(cdc_relay_t *r, pb_error_t *err)
              : exec(r, "SET client_min_messages = warning; "
                        "DROP TRIGGER IF EXISTS outbox_cdc_delete ON postbox.outbox", err);
     if (st != PB_OK) {
-        if (strstr(err->msg, "does not exist"))
+        if (st == PB_FATAL && pb_error_schema_missing(err))
             pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
         drop_conn(r);
     }

@@ -126,8 +126,7 @@ static pb_status_t open_slot(relay_t *rel, slot_t *s, pb_error_t *err)
     if (st != PB_OK)
         return st;
     pb_outbox_init(&s->ob, s->conn, strcmp(rel->cfg->relay_on_publish, "delete") == 0);
-    if ((st = pb_outbox_prepare(&s->ob, err)) != PB_OK && st == PB_FATAL &&
-        strstr(err->msg, "does not exist"))
+    if ((st = pb_outbox_prepare(&s->ob, err)) == PB_FATAL && pb_error_schema_missing(err))
         pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
     return st;
 }

@@ -50,10 +50,8 @@ void pb_shards_init(pb_shards_t *sh, int n)
     sh->n = n;
     sh->owned = calloc((size_t)n, sizeof *sh->owned);
     sh->usable = calloc((size_t)n, sizeof *sh->usable);
-    if (!sh->owned || !sh->usable) {
-        fputs("postbox: out of memory\n", stderr);
-        abort();
-    }
+    if (!sh->owned || !sh->usable)
+        pb_out_of_memory();
     pb_buf_puts(&sh->owned_sql, "{}");
 }
 
@@ -202,10 +200,8 @@ pb_status_t pb_shards_balance(pb_shards_t *sh, PGconn *const *conns, int nconns,
         live = 1;
     sh->fair = (int)((sh->n + live - 1) / live);
     bool *taken = calloc((size_t)sh->n, sizeof *taken);
-    if (!taken) {
-        fputs("postbox: out of memory\n", stderr);
-        abort();
-    }
+    if (!taken)
+        pb_out_of_memory();
     parse_taken(PQgetvalue(res, 0, 1), taken, sh->n);
     PQclear(res);
 

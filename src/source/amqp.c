@@ -78,10 +78,8 @@ static amqp_bytes_t cbytes(const char *s)
 static char *arena_alloc(amqp_source_t *s, size_t n)
 {
     char *d = amqp_pool_alloc(s->arena, n);
-    if (!d) {
-        fputs("postbox: out of memory\n", stderr);
-        abort();
-    }
+    if (!d)
+        pb_out_of_memory();
     return d;
 }
 

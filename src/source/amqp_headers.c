@@ -11,10 +11,8 @@
 /* jansson returns NULL only when malloc fails; like pb_malloc we do not try to go on. */
 static json_t *must(json_t *j)
 {
-    if (!j) {
-        fputs("postbox: out of memory\n", stderr);
-        abort();
-    }
+    if (!j)
+        pb_out_of_memory();
     return j;
 }
 

@@ -99,6 +99,8 @@ pb_status_t pb_pg_check(PGconn *conn, PGresult *res, ExecStatusType expected, co
         msg = PQerrorMessage(conn);
     pb_fail(err, PB_FATAL, "%s: %s", what, msg);
     strip_newlines(err->msg);
+    if (err && state)
+        snprintf(err->sqlstate, sizeof err->sqlstate, "%.5s", state);
     pb_status_t st = PB_FATAL;
     if (PQstatus(conn) != CONNECTION_OK || !state)
         st = PB_TRANSIENT;
@@ -107,6 +109,8 @@ pb_status_t pb_pg_check(PGconn *conn, PGresult *res, ExecStatusType expected, co
              strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
              strcmp(state, "25P03") == 0)
         st = PB_TRANSIENT;
+    if (err)
+        err->status = st;
     PQclear(res);
     return st;
 }

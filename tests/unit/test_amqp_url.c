@@ -11,7 +11,7 @@
 
 static void parse_ok(const char *url, pb_amqp_url_t *u)
 {
-    pb_error_t err = {{0}};
+    pb_error_t err = {0};
     pb_status_t st = pb_amqp_url_parse(url, u, &err);
     if (st != PB_OK)
         print_error("unexpected error for %s: %s\n", url, err.msg);
