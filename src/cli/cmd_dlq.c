@@ -26,53 +26,8 @@
 #include "cli/cli.h"
 #include "common/str.h"
 #include "sink/sink.h"
+#include "store/dead_letters.h"
 #include "store/pg.h"
-
-#define MAX_PARAMS 10
-
-typedef struct filter {
-    pb_buf_t where; /* "TRUE AND ..." */
-    const char *params[MAX_PARAMS];
-    char owned[MAX_PARAMS][64]; /* parameter texts built here */
-    int n;
-    bool any;
-} filter_t;
-
-static const char *add_param(filter_t *f, const char *v)
-{
-    f->params[f->n] = v;
-    f->n++;
-    return NULL;
-}
-
-/* Appends " AND <cond>" where cond uses $N for the next parameter (written as %d); cond_fmt is
- * always a literal of this file. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
-static void add_cond(filter_t *f, const char *cond_fmt, const char *value)
-{
-    pb_buf_puts(&f->where, " AND ");
-    pb_buf_printf(&f->where, cond_fmt, f->n + 1);
-    add_param(f, value);
-    f->any = true;
-}
-#pragma GCC diagnostic pop
-
-static bool add_time(filter_t *f, const char *op, const char *v)
-{
-    int64_t ms;
-    if (pb_args_duration_ms(v, &ms)) {
-        snprintf(f->owned[f->n], sizeof f->owned[f->n], "%lld", (long long)ms);
-        pb_buf_printf(&f->where, " AND dead_at %s now() - $%d::bigint * interval '1 millisecond'",
-                      op, f->n + 1);
-        add_param(f, f->owned[f->n]);
-    } else {
-        pb_buf_printf(&f->where, " AND dead_at %s $%d::timestamptz", op, f->n + 1);
-        add_param(f, v);
-    }
-    f->any = true;
-    return true;
-}
 
 static int usage_error(const char *msg, const char *arg)
 {
@@ -81,16 +36,10 @@ static int usage_error(const char *msg, const char *arg)
     return PB_EXIT_USAGE;
 }
 
-static PGresult *run(PGconn *conn, const char *sql, const filter_t *f, ExecStatusType expect,
-                     const char *what)
+static int failure(const pb_error_t *err)
 {
-    PGresult *res = PQexecParams(conn, sql, f->n, NULL, f->params, NULL, NULL, 0);
-    pb_error_t err;
-    if (pb_pg_check(conn, res, expect, what, &err) != PB_OK) {
-        fprintf(stderr, "postbox dlq: %s\n", err.msg);
-        return NULL;
-    }
-    return res;
+    fprintf(stderr, "postbox dlq: %s\n", err->msg);
+    return PB_EXIT_FAILURE;
 }
 
 /* The aggregate headers the sink writes from the event: taken from the stored headers. */
@@ -100,23 +49,39 @@ static const char *header_text(json_t *headers, const char *key)
     return json_is_string(v) ? json_string_value(v) : "";
 }
 
-/* dlq --inbox replay: see the comment at the top. */
-static int replay_inbox(pb_cli_t *cli, PGconn *conn, const filter_t *f)
+/* Where a dead message goes back to: the sink of the broker the consumer reads (consume.source),
+ * made by the generic constructor. cfg receives the configuration the sink borrows. */
+static pb_status_t source_sink(const pb_cli_t *cli, pb_config_t *cfg, pb_sink_t **snk,
+                               pb_error_t *err)
 {
-    pb_buf_t sql = {0};
-    pb_buf_printf(&sql,
-                  "SELECT id::text, message_id, coalesce(message_type, ''), routing_key, "
-                  "       headers::text, body FROM postbox.inbox_dead "
-                  "WHERE message_id IS NOT NULL AND %s ORDER BY id",
-                  f->where.data);
-    /* binary results: the body comes back byte for byte; the text columns as their bytes */
-    PGresult *rows = PQexecParams(conn, sql.data, f->n, NULL, f->params, NULL, NULL, 1);
-    pb_buf_free(&sql);
+    *cfg = cli->cfg; /* shallow: the strings stay cli->cfg's */
+    cfg->relay_sink = cli->cfg.consume_source;
+    pb_status_t st = pb_sink_new(cfg, snk, err);
+    if (st == PB_OK)
+        st = (*snk)->ops->connect(*snk, err);
+    return st;
+}
+
+/* The destination that makes the sink publish to the message's original routing key or
+ * subject. NATS: the sink puts nats.subject_prefix before a destination, and the stored subject
+ * has it already. NULL when the subject lies outside the prefix. */
+static const char *destination_of(const pb_config_t *cfg, const char *routing_key)
+{
+    if (strcmp(cfg->consume_source, "nats") != 0)
+        return routing_key;
+    size_t plen = strlen(cfg->nats_subject_prefix);
+    if (strncmp(routing_key, cfg->nats_subject_prefix, plen) != 0 || !routing_key[plen])
+        return NULL;
+    return routing_key + plen;
+}
+
+/* dlq --inbox replay: see the comment at the top. */
+static int replay_inbox(pb_cli_t *cli, PGconn *conn, const pb_dlq_filter_t *f)
+{
+    PGresult *rows;
     pb_error_t err;
-    if (pb_pg_check(conn, rows, PGRES_TUPLES_OK, "read inbox dead letters", &err) != PB_OK) {
-        fprintf(stderr, "postbox dlq: %s\n", err.msg);
-        return PB_EXIT_FAILURE;
-    }
+    if (pb_dlq_inbox_read(conn, f, &rows, &err) != PB_OK)
+        return failure(&err);
     size_t n = (size_t)PQntuples(rows);
     if (n == 0) {
         printf("replayed 0 dead letter(s) of postbox.inbox_dead\n");
@@ -124,24 +89,10 @@ static int replay_inbox(pb_cli_t *cli, PGconn *conn, const filter_t *f)
         return PB_EXIT_OK;
     }
     /* release the inbox rows first: a redelivery must not be taken for a duplicate */
-    pb_buf_t rel = {0};
-    pb_buf_printf(&rel,
-                  "WITH d AS (SELECT consumer, message_id FROM postbox.inbox_dead "
-                  "           WHERE message_id IS NOT NULL AND %s), "
-                  "f AS (DELETE FROM postbox.inbox_failures x USING d "
-                  "      WHERE x.consumer = d.consumer AND x.message_id = d.message_id) "
-                  "DELETE FROM postbox.inbox i USING d "
-                  "WHERE i.consumer = d.consumer AND i.message_id = d.message_id "
-                  "  AND i.processed_at IS NULL",
-                  f->where.data);
-    PGresult *res = PQexecParams(conn, rel.data, f->n, NULL, f->params, NULL, NULL, 0);
-    pb_buf_free(&rel);
-    if (pb_pg_check(conn, res, PGRES_COMMAND_OK, "release inbox rows", &err) != PB_OK) {
-        fprintf(stderr, "postbox dlq: %s\n", err.msg);
+    if (pb_dlq_inbox_release(conn, f, &err) != PB_OK) {
         PQclear(rows);
-        return PB_EXIT_FAILURE;
+        return failure(&err);
     }
-    PQclear(res);
 
     pb_event_t *events = pb_malloc(n * sizeof *events);
     pb_result_t *results = pb_malloc(n * sizeof *results);
@@ -149,25 +100,34 @@ static int replay_inbox(pb_cli_t *cli, PGconn *conn, const filter_t *f)
     for (size_t i = 0; i < n; i++) {
         int r = (int)i;
         headers[i] = json_loads(PQgetvalue(rows, r, 4), 0, NULL);
+        const char *dest = destination_of(&cli->cfg, PQgetvalue(rows, r, 3));
         events[i] = (pb_event_t){
             .event_id = PQgetvalue(rows, r, 1),
             .event_type = PQgetvalue(rows, r, 2),
-            .destination = PQgetvalue(rows, r, 3),
+            .destination = dest ? dest : "",
             .headers = PQgetvalue(rows, r, 4),
             .payload = PQgetvalue(rows, r, 5),
             .payload_len = (size_t)PQgetlength(rows, r, 5),
             .aggregate_type = header_text(headers[i], "aggregate_type"),
             .aggregate_id = header_text(headers[i], "aggregate_id"),
         };
-        results[i].outcome = PB_OUT_UNTRIED;
-        results[i].error[0] = '\0';
+        if (dest)
+            pb_result_set(&results[i], PB_OUT_UNTRIED, NULL);
+        else
+            pb_result_setf(&results[i], PB_OUT_REJECT,
+                           "its subject \"%.120s\" does not start with nats.subject_prefix \"%.60s\"",
+                           PQgetvalue(rows, r, 3), cli->cfg.nats_subject_prefix);
     }
     int rc = PB_EXIT_FAILURE;
+    pb_config_t scfg;
     pb_sink_t *snk = NULL;
-    if (pb_sink_amqp_new(&cli->cfg, &snk, &err) != PB_OK || snk->ops->connect(snk, &err) != PB_OK) {
+    if (source_sink(cli, &scfg, &snk, &err) != PB_OK) {
         fprintf(stderr, "postbox dlq: %s\n", err.msg);
         goto done;
     }
+    for (size_t i = 0; i < n && snk->ops->check; i++) /* what the sink can never publish */
+        if (results[i].outcome == PB_OUT_UNTRIED)
+            (void)snk->ops->check(snk, &events[i], &results[i]);
     (void)snk->ops->publish(snk, events, n, results, &err);
     pb_buf_t ids = {0};
     pb_buf_putc(&ids, '{');
@@ -180,17 +140,16 @@ static int replay_inbox(pb_cli_t *cli, PGconn *conn, const filter_t *f)
                     results[i].error);
     }
     pb_buf_putc(&ids, '}');
-    const char *p[1] = {ids.data};
-    res = PQexecParams(conn, "DELETE FROM postbox.inbox_dead WHERE id = ANY($1::bigint[])", 1, NULL,
-                       p, NULL, NULL, 0);
-    if (pb_pg_check(conn, res, PGRES_COMMAND_OK, "delete replayed dead letters", &err) != PB_OK)
+    if (pb_dlq_inbox_forget(conn, ids.data, &err) != PB_OK)
         fprintf(stderr, "postbox dlq: %s (the messages were republished; the consumer's inbox "
                         "absorbs a second replay)\n", err.msg);
-    else
-        PQclear(res);
     pb_buf_free(&ids);
-    printf("replayed %zu of %zu dead letter(s) of postbox.inbox_dead: republished to exchange "
-           "\"%s\" with their routing keys\n", ok, n, cli->cfg.amqp_exchange);
+    if (strcmp(cli->cfg.consume_source, "nats") == 0)
+        printf("replayed %zu of %zu dead letter(s) of postbox.inbox_dead: republished to stream "
+               "\"%s\" with their subjects\n", ok, n, cli->cfg.nats_stream);
+    else
+        printf("replayed %zu of %zu dead letter(s) of postbox.inbox_dead: republished to exchange "
+               "\"%s\" with their routing keys\n", ok, n, cli->cfg.amqp_exchange);
     rc = ok == n ? PB_EXIT_OK : PB_EXIT_FAILURE;
 done:
     pb_sink_free(snk);
@@ -237,11 +196,12 @@ int pb_cmd_dlq(pb_cli_t *cli)
     bool inbox = false, all = false, as_json = false;
     const char *action = NULL;
     int64_t limit = 100;
-    filter_t f = {0};
-    pb_buf_puts(&f.where, "TRUE");
+    pb_dlq_filter_t f = {0};
     int rc = PB_EXIT_USAGE;
     for (int i = 0; i < cli->n_args; i++) {
         const char *a = cli->args[i], *v;
+        bool room = true;
+        int64_t ms;
         if (strcmp(a, "--inbox") == 0) {
             inbox = true;
         } else if (strcmp(a, "--all") == 0) {
@@ -252,37 +212,35 @@ int pb_cmd_dlq(pb_cli_t *cli)
             int64_t id;
             if (!*v || !pb_args_count(v, &id))
                 goto bad_value;
-            add_cond(&f, "id = $%d::bigint", v);
+            room = pb_dlq_filter_add(&f, PB_DLQ_ID, v);
         } else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--event-type"))) {
             if (!*v)
                 goto bad_value;
-            add_cond(&f, inbox ? "message_type = $%d" : "event_type = $%d", v);
+            room = pb_dlq_filter_add(&f, PB_DLQ_TYPE, v);
         } else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--consumer"))) {
             if (!*v)
                 goto bad_value;
-            add_cond(&f, "consumer = $%d", v);
+            room = pb_dlq_filter_add(&f, PB_DLQ_CONSUMER, v);
         } else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--aggregate"))) {
             if (!*v)
                 goto bad_value;
             const char *colon = strchr(v, ':');
             size_t tlen = colon ? (size_t)(colon - v) : strlen(v);
-            if (tlen == 0 || tlen >= sizeof f.owned[0])
+            char type[64];
+            if (tlen == 0 || tlen >= sizeof type)
                 goto bad_value;
-            memcpy(f.owned[f.n], v, tlen);
-            f.owned[f.n][tlen] = '\0';
-            add_cond(&f, inbox ? "headers->>'aggregate_type' = $%d" : "aggregate_type = $%d",
-                     f.owned[f.n]);
-            if (colon && colon[1])
-                add_cond(&f, inbox ? "headers->>'aggregate_id' = $%d" : "aggregate_id = $%d",
-                         colon + 1);
-        } else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--since"))) {
+            memcpy(type, v, tlen);
+            type[tlen] = '\0';
+            room = pb_dlq_filter_add(&f, PB_DLQ_AGGREGATE_TYPE, type);
+            if (room && colon && colon[1])
+                room = pb_dlq_filter_add(&f, PB_DLQ_AGGREGATE_ID, colon + 1);
+        } else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--since")) ||
+                   (v = pb_args_value(cli->args, cli->n_args, &i, "--until"))) {
             if (!*v)
                 goto bad_value;
-            add_time(&f, ">=", v);
-        } else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--until"))) {
-            if (!*v)
-                goto bad_value;
-            add_time(&f, "<", v);
+            pb_dlq_field_t field = strncmp(a, "--since", 7) == 0 ? PB_DLQ_SINCE : PB_DLQ_UNTIL;
+            room = pb_args_duration_ms(v, &ms) ? pb_dlq_filter_add_age(&f, field, ms)
+                                               : pb_dlq_filter_add(&f, field, v);
         } else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--limit"))) {
             if (!*v || !pb_args_count(v, &limit))
                 goto bad_value;
@@ -292,12 +250,12 @@ int pb_cmd_dlq(pb_cli_t *cli)
             int64_t id; /* show N */
             if (!pb_args_count(a, &id))
                 goto bad_value;
-            add_cond(&f, "id = $%d::bigint", a);
+            room = pb_dlq_filter_add(&f, PB_DLQ_ID, a);
         } else {
             rc = usage_error("unknown argument", a);
             goto out;
         }
-        if (f.n > MAX_PARAMS - 2) {
+        if (!room || f.n > PB_DLQ_MAX_CONDS - 2) {
             rc = usage_error("too many filters", NULL);
             goto out;
         }
@@ -315,7 +273,7 @@ int pb_cmd_dlq(pb_cli_t *cli)
         rc = usage_error("unknown action", action);
         goto out;
     }
-    if (changes && !f.any && !all) {
+    if (changes && f.n == 0 && !all) {
         rc = usage_error("replay and drop need a filter (--id, --event-type, --aggregate, "
                          "--consumer, --since, --until) or --all",
                          NULL);
@@ -330,31 +288,15 @@ int pb_cmd_dlq(pb_cli_t *cli)
         goto out;
     }
     rc = PB_EXIT_FAILURE;
-    const char *table = inbox ? "postbox.inbox_dead" : "postbox.dead_letters";
-    pb_buf_t sql = {0};
+    pb_dlq_table_t table = inbox ? PB_DLQ_INBOX : PB_DLQ_OUTBOX;
     PGresult *res = NULL;
+    int64_t rows;
     if (strcmp(action, "list") == 0 || strcmp(action, "show") == 0) {
         bool show = strcmp(action, "show") == 0;
-        if (inbox)
-            pb_buf_printf(&sql,
-                          "SELECT id, consumer, message_id, message_type, %s "
-                          "to_char(dead_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') AS dead_at, "
-                          "attempts, error FROM %s WHERE %s ORDER BY id DESC LIMIT %lld",
-                          show ? "exchange, routing_key, headers, "
-                                 "encode(body, 'escape') AS body, "
-                               : "",
-                          table, f.where.data, (long long)limit);
-        else
-            pb_buf_printf(&sql,
-                          "SELECT id, event_id, event_type, aggregate_type, aggregate_id, %s "
-                          "to_char(dead_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') AS dead_at, "
-                          "attempts, reason FROM %s WHERE %s ORDER BY id DESC LIMIT %lld",
-                          show ? "outbox_id, destination, payload, headers, last_error, "
-                                 "to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS created_at, "
-                               : "",
-                          table, f.where.data, (long long)limit);
-        if (!(res = run(conn, sql.data, &f, PGRES_TUPLES_OK, action)))
+        if (pb_dlq_list(conn, table, &f, show, limit, &res, &err) != PB_OK) {
+            rc = failure(&err);
             goto done;
+        }
         if (as_json) {
             print_rows_json(res);
         } else if (show) {
@@ -365,58 +307,49 @@ int pb_cmd_dlq(pb_cli_t *cli)
                            PQgetisnull(res, r, c) ? "(null)" : PQgetvalue(res, r, c));
             }
         } else {
+            /* columns (store/dead_letters.h): outbox id, event_id, event_type, aggregate_type,
+             * aggregate_id, dead_at, attempts, reason; inbox id, consumer, message_id,
+             * message_type, dead_at, attempts, error */
+            int type_col = inbox ? 3 : 2, who = inbox ? 1 : 3, what = inbox ? 2 : 4,
+                dead_col = inbox ? 4 : 5;
             printf("%-8s %-20s %-24s %-28s %8s  %s\n", "id", "dead at",
                    inbox ? "message type" : "event type", inbox ? "consumer / message id" : "aggregate",
                    "attempts", inbox ? "error" : "reason");
             for (int r = 0; r < PQntuples(res); r++) {
                 char agg[256];
-                snprintf(agg, sizeof agg, "%s%s%s", PQgetvalue(res, r, inbox ? 1 : 3),
-                         inbox ? " / " : ":", PQgetvalue(res, r, inbox ? 2 : 4));
+                snprintf(agg, sizeof agg, "%s%s%s", PQgetvalue(res, r, who), inbox ? " / " : ":",
+                         PQgetvalue(res, r, what));
                 printf("%-8s %-20s %-24s %-28s %8s  %.80s\n", PQgetvalue(res, r, 0),
-                       PQgetvalue(res, r, 5), PQgetvalue(res, r, inbox ? 3 : 2), agg,
-                       PQgetvalue(res, r, 6), PQgetvalue(res, r, 7));
+                       PQgetvalue(res, r, dead_col), PQgetvalue(res, r, type_col), agg,
+                       PQgetvalue(res, r, dead_col + 1), PQgetvalue(res, r, dead_col + 2));
             }
         }
         if (!as_json && PQntuples(res) == (int)limit)
             fprintf(stderr, "(first %lld shown: --limit N for more)\n", (long long)limit);
         rc = PB_EXIT_OK;
-        goto done;
-    }
-
-    if (strcmp(action, "drop") == 0) {
-        pb_buf_printf(&sql, "DELETE FROM %s WHERE %s", table, f.where.data);
-        if (!(res = run(conn, sql.data, &f, PGRES_COMMAND_OK, "drop")))
+    } else if (strcmp(action, "drop") == 0) {
+        if (pb_dlq_drop(conn, table, &f, &rows, &err) != PB_OK) {
+            rc = failure(&err);
             goto done;
-        printf("dropped %s dead letter(s) from %s\n", PQcmdTuples(res), table);
+        }
+        printf("dropped %lld dead letter(s) from %s\n", (long long)rows, pb_dlq_table_name(table));
         rc = PB_EXIT_OK;
-        goto done;
-    }
-
-    /* replay: one statement, so one transaction */
-    if (inbox) {
+    } else if (inbox) {
         rc = replay_inbox(cli, conn, &f);
-        goto done;
+    } else {
+        /* one statement, so one transaction; the relay publishes what it puts back */
+        if (pb_dlq_replay_outbox(conn, &f, &rows, &err) != PB_OK) {
+            rc = failure(&err);
+            goto done;
+        }
+        printf("replayed %lld dead letter(s) into postbox.outbox (attempts reset)\n",
+               (long long)rows);
+        rc = PB_EXIT_OK;
     }
-    else
-        pb_buf_printf(&sql,
-                      "WITH moved AS (DELETE FROM postbox.dead_letters WHERE %s RETURNING *), "
-                      "ins AS (INSERT INTO postbox.outbox (event_id, aggregate_type, aggregate_id, "
-                      "            event_type, payload, headers, destination, created_at) "
-                      "        SELECT event_id, aggregate_type, aggregate_id, event_type, payload, "
-                      "               headers, destination, created_at "
-                      "        FROM moved ORDER BY outbox_id NULLS LAST, id RETURNING 1) "
-                      "SELECT (SELECT count(*) FROM ins), 0",
-                      f.where.data);
-    if (!(res = run(conn, sql.data, &f, PGRES_TUPLES_OK, "replay")))
-        goto done;
-    printf("replayed %s dead letter(s) into postbox.outbox (attempts reset)\n",
-           PQgetvalue(res, 0, 0));
-    rc = PB_EXIT_OK;
 done:
     PQclear(res);
-    pb_buf_free(&sql);
     PQfinish(conn);
 out:
-    pb_buf_free(&f.where);
+    pb_dlq_filter_free(&f);
     return rc;
 }

@@ -4,7 +4,8 @@
  * check: exit 1 when one is crossed (or when the database cannot be asked).
  *
  * Costs: the outbox figures are the metrics sampler's bounded index probes (store/stats.h); the
- * inbox counts are exact (one pass over postbox.inbox, which retention keeps bounded). */
+ * inbox counts are exact (one pass over postbox.inbox, which retention keeps bounded); the relay
+ * instances are the holders of the shard locks (relay/shards.h). */
 #include <jansson.h>
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -14,35 +15,13 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "common/log.h"
+#include "relay/shards.h"
 #include "store/pg.h"
 #include "store/stats.h"
 
 #define STATUS_CAP 1000000
 
-/* A relay owns shard s through pg_try_advisory_lock(hashtext('postbox.relay.shard'), s), which
- * pg_locks shows as classid = the first key (as an oid), objid = s, objsubid 2 (relay/shards.h). */
-static const char owner_sql[] =
-    "WITH k AS (SELECT (hashtext('postbox.relay.shard')::bigint & 4294967295)::oid AS key) "
-    "SELECT a.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local'), "
-    "       to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
-    "       coalesce(a.state, ''), string_agg(l.objid::text, ',' ORDER BY l.objid::text::int) "
-    "FROM k, pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-    "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
-    "  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-    "  AND l.classid = k.key "
-    "GROUP BY 1, 2, 3, 4, 5 ORDER BY min(l.objid::text::int)";
-
-static const char inbox_sql[] =
-    "WITH i AS (SELECT consumer, count(*) FILTER (WHERE processed_at IS NOT NULL) AS processed, "
-    "                  count(*) FILTER (WHERE processed_at IS NULL) AS unprocessed, "
-    "                  extract(epoch FROM clock_timestamp() - max(received_at))::float8 AS idle "
-    "           FROM postbox.inbox GROUP BY consumer), "
-    "     f AS (SELECT consumer, count(*) AS retrying FROM postbox.inbox_failures GROUP BY consumer), "
-    "     d AS (SELECT consumer, count(*) AS dead FROM postbox.inbox_dead GROUP BY consumer) "
-    "SELECT consumer, coalesce(i.processed, 0), coalesce(i.unprocessed, 0), "
-    "       coalesce(f.retrying, 0), coalesce(d.dead, 0), i.idle "
-    "FROM i FULL JOIN f USING (consumer) FULL JOIN d USING (consumer) ORDER BY consumer";
-
+/* Logical replication slots of this database (the cdc capture's and any other pgoutput slot). */
 static const char slots_sql[] =
     "SELECT slot_name, active, "
     "       coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint "
@@ -191,16 +170,21 @@ int pb_cmd_status(pb_cli_t *cli)
     }
     int rc = PB_EXIT_FAILURE;
     json_t *o = json_object();
-    PGresult *owners = NULL, *inbox = NULL, *slots = NULL;
+    PGresult *owners = NULL, *slots = NULL;
+    pb_inbox_stats_t *inbox = NULL;
+    size_t n_inbox = 0;
     pb_outbox_stats_t s;
     if (pb_stats_outbox(conn, STATUS_CAP, &s, &err) != PB_OK) {
         fprintf(stderr, "postbox status: %s%s\n", err.msg,
                 pb_error_schema_missing(&err) ? " (run `postbox init` first)" : "");
         goto out;
     }
-    if (!(owners = query(conn, owner_sql, "relay owner")) ||
-        !(inbox = query(conn, inbox_sql, "inbox counts")) ||
-        !(slots = query(conn, slots_sql, "replication slots")))
+    if (pb_shards_owners(conn, &owners, &err) != PB_OK ||
+        pb_stats_inbox(conn, &inbox, &n_inbox, &err) != PB_OK) {
+        fprintf(stderr, "postbox status: %s\n", err.msg);
+        goto out;
+    }
+    if (!(slots = query(conn, slots_sql, "replication slots")))
         goto out;
 
     json_object_set_new(o, "outbox",
@@ -220,16 +204,14 @@ int pb_cmd_status(pb_cli_t *cli)
                            "state", PQgetvalue(owners, r, 4), "shards", PQgetvalue(owners, r, 5)));
     json_object_set_new(o, "relay_owners", arr);
     arr = json_array();
-    for (int r = 0; r < PQntuples(inbox); r++) {
-        json_t *c = json_pack("{s:s, s:I, s:I, s:I, s:I}", "consumer", PQgetvalue(inbox, r, 0),
-                              "processed", (json_int_t)strtoll(PQgetvalue(inbox, r, 1), NULL, 10),
-                              "unprocessed", (json_int_t)strtoll(PQgetvalue(inbox, r, 2), NULL, 10),
-                              "retrying", (json_int_t)strtoll(PQgetvalue(inbox, r, 3), NULL, 10),
-                              "dead", (json_int_t)strtoll(PQgetvalue(inbox, r, 4), NULL, 10));
-        json_object_set_new(c, "last_message_age_seconds",
-                            PQgetisnull(inbox, r, 5) ? json_null()
-                                                     : json_real(strtod(PQgetvalue(inbox, r, 5), NULL)));
-        json_array_append_new(arr, c);
+    for (size_t r = 0; r < n_inbox; r++) {
+        const pb_inbox_stats_t *c = &inbox[r];
+        json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I}", "consumer", c->consumer, "processed",
+                              (json_int_t)c->processed, "unprocessed", (json_int_t)c->unprocessed,
+                              "retrying", (json_int_t)c->retrying, "dead", (json_int_t)c->dead);
+        json_object_set_new(j, "last_message_age_seconds",
+                            c->has_idle ? json_real(c->idle_s) : json_null());
+        json_array_append_new(arr, j);
     }
     json_object_set_new(o, "inbox", arr);
     arr = json_array();
@@ -270,7 +252,7 @@ int pb_cmd_status(pb_cli_t *cli)
     rc = n_failed ? PB_EXIT_FAILURE : PB_EXIT_OK;
 out:
     PQclear(owners);
-    PQclear(inbox);
+    pb_stats_inbox_free(inbox, n_inbox);
     PQclear(slots);
     json_decref(o);
     PQfinish(conn);

@@ -9,16 +9,22 @@
 
 #define FAC "relay"
 
+/* The first keys of the three advisory locks (shards.h); the second key is the shard (member:
+ * relay.shards). */
+#define MEMBER_KEY "hashtext('postbox.relay.member')"
+#define SHARD_KEY "hashtext('postbox.relay.shard')"
+#define GUARD_KEY "hashtext('postbox.relay.guard')"
+
 /* pg_locks shows a two-int4 advisory lock as classid = key1 (as an oid), objid = key2,
  * objsubid = 2. */
 #define KEYS_CTE                                                                              \
-    "WITH k AS (SELECT (hashtext('postbox.relay.member')::bigint & 4294967295)::oid AS member, " \
-    "                  (hashtext('postbox.relay.shard')::bigint & 4294967295)::oid AS shard, "   \
+    "WITH k AS (SELECT (" MEMBER_KEY "::bigint & 4294967295)::oid AS member, "                 \
+    "                  (" SHARD_KEY "::bigint & 4294967295)::oid AS shard, "                   \
     "                  (SELECT oid FROM pg_database WHERE datname = current_database()) AS db) "
 #define ADVISORY "l.locktype = 'advisory' AND l.database = k.db AND l.objsubid = 2 AND l.granted "
 
 static const char join_sql[] =
-    "SELECT pg_advisory_lock_shared(hashtext('postbox.relay.member'), $1::int)";
+    "SELECT pg_advisory_lock_shared(" MEMBER_KEY ", $1::int)";
 
 static const char others_sql[] =
     KEYS_CTE "SELECT coalesce(string_agg(DISTINCT l.objid::text, ', '), '') "
@@ -31,18 +37,27 @@ static const char state_sql[] =
              "       (SELECT coalesce(array_agg(l.objid::int), '{}') FROM pg_locks l, k WHERE "
              ADVISORY "AND l.classid = k.shard AND l.pid <> pg_backend_pid())::text";
 
+/* Every session holding a shard lock, with the shards it holds (pb_shards_owners). */
+static const char owners_sql[] =
+    KEYS_CTE "SELECT a.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local'), "
+             "       to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+             "       coalesce(a.state, ''), string_agg(l.objid::text, ',' ORDER BY l.objid::text::int) "
+             "FROM k, pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+             "WHERE " ADVISORY "AND l.classid = k.shard "
+             "GROUP BY 1, 2, 3, 4, 5 ORDER BY min(l.objid::text::int)";
+
 static const char take_sql[] =
-    "SELECT pg_try_advisory_lock(hashtext('postbox.relay.shard'), $1::int)";
+    "SELECT pg_try_advisory_lock(" SHARD_KEY ", $1::int)";
 static const char give_sql[] =
-    "SELECT pg_advisory_unlock(hashtext('postbox.relay.shard'), $1::int)";
+    "SELECT pg_advisory_unlock(" SHARD_KEY ", $1::int)";
 /* exclusive for a moment: succeeds only when no session holds the guard shared any more */
 static const char fence_sql[] =
-    "SELECT CASE WHEN pg_try_advisory_lock(hashtext('postbox.relay.guard'), $1::int) "
-    "            THEN pg_advisory_unlock(hashtext('postbox.relay.guard'), $1::int) ELSE false END";
+    "SELECT CASE WHEN pg_try_advisory_lock(" GUARD_KEY ", $1::int) "
+    "            THEN pg_advisory_unlock(" GUARD_KEY ", $1::int) ELSE false END";
 static const char guard_sql[] =
-    "SELECT true FROM pg_advisory_lock_shared(hashtext('postbox.relay.guard'), $1::int)";
+    "SELECT true FROM pg_advisory_lock_shared(" GUARD_KEY ", $1::int)";
 static const char unguard_sql[] =
-    "SELECT pg_advisory_unlock_shared(hashtext('postbox.relay.guard'), $1::int)";
+    "SELECT pg_advisory_unlock_shared(" GUARD_KEY ", $1::int)";
 
 void pb_shards_init(pb_shards_t *sh, int n)
 {
@@ -269,4 +284,13 @@ void pb_shards_describe(const pb_shards_t *sh, char *out, size_t outsz)
     }
     if (len == 0)
         snprintf(out, outsz, "none");
+}
+
+pb_status_t pb_shards_owners(PGconn *conn, PGresult **out, pb_error_t *err)
+{
+    *out = PQexec(conn, owners_sql);
+    pb_status_t st = pb_pg_check(conn, *out, PGRES_TUPLES_OK, "list the relay instances", err);
+    if (st != PB_OK)
+        *out = NULL;
+    return st;
 }

@@ -63,4 +63,11 @@ bool pb_shards_excess(const pb_shards_t *sh);
 /* Usable shards, as "0-3,7" for log lines. */
 void pb_shards_describe(const pb_shards_t *sh, char *out, size_t outsz);
 
+/* The sessions of conn's database that hold shard locks, i.e. the relay instances at work, in
+ * the order of their lowest shard: one row each, columns pid, application_name, client_addr
+ * ("local" for a socket), backend_start (UTC, "2024-01-31T12:00:00Z"), state (of
+ * pg_stat_activity) and shards ("0,1,5"). Read-only; any session may ask. The caller clears
+ * *out; NULL on failure. */
+pb_status_t pb_shards_owners(PGconn *conn, PGresult **out, pb_error_t *err) PB_MUSTCHECK;
+
 #endif

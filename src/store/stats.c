@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/str.h"
 #include "store/pg.h"
 
 /* ORDER BY id makes the planner walk the primary key: since schema version 4 the outbox holds
@@ -48,4 +49,50 @@ pb_status_t pb_stats_outbox(PGconn *conn, int64_t cap, pb_outbox_stats_t *out, p
         out->backlog = max_id - min_id + 1;
     PQclear(res);
     return PB_OK;
+}
+
+static const char inbox_sql[] =
+    "WITH i AS (SELECT consumer, count(*) FILTER (WHERE processed_at IS NOT NULL) AS processed, "
+    "                  count(*) FILTER (WHERE processed_at IS NULL) AS unprocessed, "
+    "                  extract(epoch FROM clock_timestamp() - max(received_at))::float8 AS idle "
+    "           FROM postbox.inbox GROUP BY consumer), "
+    "     f AS (SELECT consumer, count(*) AS retrying FROM postbox.inbox_failures GROUP BY consumer), "
+    "     d AS (SELECT consumer, count(*) AS dead FROM postbox.inbox_dead GROUP BY consumer) "
+    "SELECT consumer, coalesce(i.processed, 0), coalesce(i.unprocessed, 0), "
+    "       coalesce(f.retrying, 0), coalesce(d.dead, 0), i.idle "
+    "FROM i FULL JOIN f USING (consumer) FULL JOIN d USING (consumer) ORDER BY consumer";
+
+pb_status_t pb_stats_inbox(PGconn *conn, pb_inbox_stats_t **out, size_t *n, pb_error_t *err)
+{
+    *out = NULL;
+    *n = 0;
+    PGresult *res = PQexec(conn, inbox_sql);
+    pb_status_t st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "inbox counts", err);
+    if (st != PB_OK)
+        return st;
+    size_t rows = (size_t)PQntuples(res);
+    pb_inbox_stats_t *s = pb_malloc((rows ? rows : 1) * sizeof *s);
+    for (size_t i = 0; i < rows; i++) {
+        int r = (int)i;
+        s[i] = (pb_inbox_stats_t){
+            .consumer = pb_strdup(PQgetvalue(res, r, 0)),
+            .processed = strtoll(PQgetvalue(res, r, 1), NULL, 10),
+            .unprocessed = strtoll(PQgetvalue(res, r, 2), NULL, 10),
+            .retrying = strtoll(PQgetvalue(res, r, 3), NULL, 10),
+            .dead = strtoll(PQgetvalue(res, r, 4), NULL, 10),
+            .has_idle = !PQgetisnull(res, r, 5),
+            .idle_s = PQgetisnull(res, r, 5) ? 0 : strtod(PQgetvalue(res, r, 5), NULL),
+        };
+    }
+    PQclear(res);
+    *out = s;
+    *n = rows;
+    return PB_OK;
+}
+
+void pb_stats_inbox_free(pb_inbox_stats_t *stats, size_t n)
+{
+    for (size_t i = 0; stats && i < n; i++)
+        free(stats[i].consumer);
+    free(stats);
 }

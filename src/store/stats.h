@@ -16,6 +16,7 @@
 
 #include <libpq-fe.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -36,5 +37,22 @@ typedef struct pb_outbox_stats {
 /* One round trip, outside or inside a transaction. */
 pb_status_t pb_stats_outbox(PGconn *conn, int64_t cap, pb_outbox_stats_t *out,
                             pb_error_t *err) PB_MUSTCHECK;
+
+/* The inbox per consumer, exact (one pass over postbox.inbox, postbox.inbox_failures and
+ * postbox.inbox_dead, which retention keeps bounded), for `postbox status`. */
+typedef struct pb_inbox_stats {
+    char *consumer;
+    int64_t processed;   /* inbox rows handled */
+    int64_t unprocessed; /* inbox rows not handled (claimed, or kept for a dead message) */
+    int64_t retrying;    /* postbox.inbox_failures entries */
+    int64_t dead;        /* postbox.inbox_dead entries */
+    bool has_idle;       /* false: the consumer has no inbox row (only failures or dead letters) */
+    double idle_s;       /* age of its newest inbox row */
+} pb_inbox_stats_t;
+
+/* *out: *n entries ordered by consumer, freed with pb_stats_inbox_free (NULL, 0 on failure). */
+pb_status_t pb_stats_inbox(PGconn *conn, pb_inbox_stats_t **out, size_t *n,
+                           pb_error_t *err) PB_MUSTCHECK;
+void pb_stats_inbox_free(pb_inbox_stats_t *stats, size_t n);
 
 #endif
