@@ -7,6 +7,8 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "common/str.h"
+
 pb_log_level_t pb_log_threshold = PB_LOG_INFO;
 static bool log_json;
 
@@ -34,7 +36,8 @@ bool pb_log_set_format(const char *name)
     return true;
 }
 
-/* Text-format value: bare when it has no space, quote or '=', else quoted with \" escapes. */
+/* Text-format value: bare when it has no space, quote or '=', else quoted with \" escapes.
+ * v is valid UTF-8 (see vlog); a cut falls between two characters. */
 static void text_value(char *out, size_t outsz, const char *v)
 {
     if (!v) {
@@ -42,16 +45,24 @@ static void text_value(char *out, size_t outsz, const char *v)
         return;
     }
     if (*v && !strpbrk(v, " \t\"=\n")) {
-        snprintf(out, outsz, "%s", v);
+        pb_text_copy(out, outsz, v);
         return;
     }
     size_t o = 0;
     if (o + 1 < outsz)
         out[o++] = '"';
-    for (const char *p = v; *p && o + 3 < outsz; p++) {
-        if (*p == '"' || *p == '\\')
+    for (const char *p = v; *p;) {
+        size_t len = 1;
+        while ((p[len] & 0xC0) == 0x80)
+            len++;
+        bool esc = *p == '"' || *p == '\\';
+        if (o + esc + len + 2 > outsz) /* room for the closing quote and the NUL */
+            break;
+        if (esc)
             out[o++] = '\\';
-        out[o++] = *p == '\n' ? ' ' : *p;
+        for (size_t i = 0; i < len; i++)
+            out[o++] = p[i] == '\n' ? ' ' : p[i];
+        p += len;
     }
     if (o + 1 < outsz)
         out[o++] = '"';
@@ -63,15 +74,16 @@ static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fi
 static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fields,
                  const char *fmt, va_list ap)
 {
-    char msg[2048];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    /* one record, one line: libpq and broker messages carry newlines of their own */
-    size_t len = strlen(msg);
-    while (len && (msg[len - 1] == '\n' || msg[len - 1] == ' '))
-        msg[--len] = '\0';
+    char raw[4096], msg[2048];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    /* valid UTF-8 (a text cut elsewhere may end inside a character; JSON needs UTF-8), and one
+     * record, one line: libpq and broker messages carry newlines of their own */
+    size_t len = pb_text_copy(msg, sizeof msg, raw);
     for (char *p = msg; *p; p++)
-        if (*p == '\n' || *p == '\r' || *p == '\t')
+        if (*p == '\t')
             *p = ' ';
+    while (len && msg[len - 1] == ' ')
+        msg[--len] = '\0';
 
     struct timeval tv;
     gettimeofday(&tv, NULL);
@@ -87,13 +99,21 @@ static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fi
         extra[0] = '\0';
         for (const pb_log_field_t *f = fields; f && f->key && e < sizeof extra; f++) {
             char v[512];
-            if (f->kind == 2)
+            if (f->kind == 2) {
                 snprintf(v, sizeof v, "%.15g", f->num);
-            else
-                text_value(v, sizeof v, f->str);
+            } else if (f->str) {
+                char clean[512];
+                pb_text_copy(clean, sizeof clean, f->str);
+                text_value(v, sizeof v, clean);
+            } else {
+                text_value(v, sizeof v, NULL);
+            }
+            /* a field that does not fit whole is left out rather than cut */
             int w = snprintf(extra + e, sizeof extra - e, " %s=%s", f->key, v);
-            if (w < 0)
+            if (w < 0 || (size_t)w >= sizeof extra - e) {
+                extra[e] = '\0';
                 break;
+            }
             e += (size_t)w;
         }
         fprintf(stderr, "%s %-5s %s: %s%s\n", ts, level_names[level], fac, msg, extra);
@@ -106,8 +126,13 @@ static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fi
         if (f->kind == 2)
             v = f->num == (double)(long long)f->num ? json_integer((json_int_t)f->num)
                                                      : json_real(f->num);
-        else
-            v = f->str ? json_string(f->str) : json_null();
+        else if (f->str) {
+            char clean[1024]; /* jansson takes only UTF-8 */
+            pb_text_copy(clean, sizeof clean, f->str);
+            v = json_string(clean);
+        } else {
+            v = json_null();
+        }
         json_object_set_new(obj, f->key, v ? v : json_string("(unprintable)"));
     }
     char *line = obj ? json_dumps(obj, JSON_COMPACT) : NULL;

@@ -234,13 +234,24 @@ void pb_buf_append_array_text(pb_buf_t *b, const char *s)
 
 void pb_buf_append_json_string(pb_buf_t *b, const char *s)
 {
+    /* JSON text must be UTF-8: a byte that does not start a valid sequence (a cut character, a
+     * surrogate, an overlong form, Latin-1) is written as U+FFFD */
     pb_buf_putc(b, '"');
-    const char *run = s;
-    for (const char *p = s;; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c != '\0' && c != '"' && c != '\\' && c >= 0x20)
+    const unsigned char *u = (const unsigned char *)(s ? s : "");
+    const unsigned char *run = u;
+    for (const unsigned char *p = u;;) {
+        unsigned char c = *p;
+        if (c >= 0x80) {
+            size_t len = utf8_sequence(p, strnlen((const char *)p, 4));
+            if (len) {
+                p += len;
+                continue;
+            }
+        } else if (c != '\0' && c != '"' && c != '\\' && c >= 0x20) {
+            p++;
             continue;
-        pb_buf_append(b, run, (size_t)(p - run));
+        }
+        pb_buf_append(b, (const char *)run, (size_t)(p - run));
         if (c == '\0')
             break;
         switch (c) {
@@ -249,9 +260,14 @@ void pb_buf_append_json_string(pb_buf_t *b, const char *s)
         case '\n': pb_buf_puts(b, "\\n"); break;
         case '\r': pb_buf_puts(b, "\\r"); break;
         case '\t': pb_buf_puts(b, "\\t"); break;
-        default: pb_buf_printf(b, "\\u%04x", c); break;
+        default:
+            if (c >= 0x80)
+                pb_buf_puts(b, "\\ufffd");
+            else
+                pb_buf_printf(b, "\\u%04x", c);
+            break;
         }
-        run = p + 1;
+        run = ++p;
     }
     pb_buf_putc(b, '"');
 }

@@ -7,6 +7,7 @@
 
 #include "common/backoff.h"
 #include "common/log.h"
+#include "common/str.h"
 #include "store/pg.h"
 
 #define FAC "inbox"
@@ -152,13 +153,13 @@ static int find_handler(const pb_inbox_t *ib, const char *type)
     return -1;
 }
 
+/* prefix and msg as one line of text for inbox_failures/inbox_dead and the log: cut on a UTF-8
+ * character boundary (PostgreSQL rejects half a character), newlines as spaces. */
 static void clean_error(char *dst, size_t n, const char *prefix, const char *msg)
 {
-    snprintf(dst, n, "%s%s", prefix, msg && *msg ? msg : "unknown error");
-    for (char *p = dst; *p; p++)
-        if (*p == '\n')
-            *p = ' ';
-    size_t len = strlen(dst);
+    char whole[1024];
+    snprintf(whole, sizeof whole, "%s%s", prefix, msg && *msg ? msg : "unknown error");
+    size_t len = pb_text_copy(dst, n, whole);
     while (len && dst[len - 1] == ' ')
         dst[--len] = '\0';
 }
@@ -489,6 +490,11 @@ static pb_status_t settle_failure(pb_inbox_t *ib, const pb_message_t *m, int sta
     const pb_config_t *cfg = ib->cfg;
     int attempts = 0;
     pb_status_t st;
+    /* the text reaches PostgreSQL: one message's error must not fail the statement that
+     * records it (SQLSTATE 22021), which would stop the consumer */
+    char text[sizeof *ib->errors];
+    pb_text_copy(text, sizeof text, error);
+    error = text;
     if (state == ST_FAILED) {
         /* give the inbox row back: the retry must not look like a duplicate */
         const char *rp[2] = {cfg->consume_consumer, m->message_id};
@@ -574,9 +580,11 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t
     for (size_t i = 0; i < n; i++) {
         if (ib->state[i] == ST_NEW && ib->handler_of[i] < 0) {
             ib->state[i] = ST_FAILED;
-            snprintf(ib->errors[i], sizeof ib->errors[i],
+            char why[512];
+            snprintf(why, sizeof why,
                      "no handler for message type \"%s\" (set [handlers] or consume.handler)",
                      msgs[i].type ? msgs[i].type : "");
+            clean_error(ib->errors[i], sizeof ib->errors[i], "", why);
         }
     }
     for (size_t next = 0; next < n && !*aborted;)
@@ -695,9 +703,11 @@ static pb_status_t handle_commit_first(pb_inbox_t *ib, const pb_message_t *msgs,
         }
         int handler = find_handler(ib, m->type);
         bool ok = false;
-        if (handler < 0)
-            snprintf(ib->errors[0], sizeof ib->errors[0], "no handler for message type \"%s\"",
-                     m->type ? m->type : "");
+        if (handler < 0) {
+            char why[512];
+            snprintf(why, sizeof why, "no handler for message type \"%s\"", m->type ? m->type : "");
+            clean_error(ib->errors[0], sizeof ib->errors[0], "", why);
+        }
         else if ((st = run_handler_alone(ib, m, handler, &ok, err)) != PB_OK)
             return st;
         if (ok) {

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/str.h"
+
 pb_status_t pb_sink_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err)
 {
     *out = NULL;
@@ -19,14 +21,16 @@ pb_status_t pb_sink_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err
 void pb_result_set(pb_result_t *r, pb_outcome_t outcome, const char *reason)
 {
     r->outcome = outcome;
-    snprintf(r->error, sizeof r->error, "%s", reason ? reason : "");
+    pb_text_copy(r->error, sizeof r->error, reason);
 }
 
 void pb_result_setf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...)
 {
+    char msg[1024]; /* longer than r->error, so the cut happens in pb_text_copy */
     va_list ap;
     va_start(ap, fmt);
-    r->outcome = outcome;
-    vsnprintf(r->error, sizeof r->error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    r->outcome = outcome;
+    pb_text_copy(r->error, sizeof r->error, msg);
 }

@@ -443,7 +443,7 @@ static void put_text(nats_source_t *s, const char *str, bool json)
 /* Where a message's strings start in s->text (pointers are set once the batch is complete,
  * because the buffer may move while it grows). SIZE_MAX: none / points into the message. */
 typedef struct offsets {
-    size_t headers, message_id, type, aggregate_id;
+    size_t headers, message_id, type, aggregate_id, subject;
 } offsets_t;
 
 static void take_message(nats_source_t *s, natsMsg *m, pb_message_t *out, offsets_t *off)
@@ -452,6 +452,13 @@ static void take_message(nats_source_t *s, natsMsg *m, pb_message_t *out, offset
     memset(out, 0, sizeof *out);
     out->routing_key = natsMsg_GetSubject(m);
     out->exchange = cfg->nats_stream;
+    /* the subject is written to inbox_dead as text: hex when it is not UTF-8 (see put_text) */
+    off->subject = SIZE_MAX;
+    if (out->routing_key && !pb_utf8_valid(out->routing_key, strlen(out->routing_key))) {
+        off->subject = text_offset(s);
+        put_text(s, out->routing_key, false);
+        pb_buf_putc(&s->text, '\0');
+    }
     out->body = natsMsg_GetData(m);
     out->body_len = (size_t)natsMsg_GetDataLength(m);
     if (!out->body)
@@ -583,6 +590,8 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
         msgs[i].type = off[i].type == SIZE_MAX ? NULL : s->text.data + off[i].type;
         msgs[i].aggregate_id =
             off[i].aggregate_id == SIZE_MAX ? NULL : s->text.data + off[i].aggregate_id;
+        if (off[i].subject != SIZE_MAX)
+            msgs[i].routing_key = s->text.data + off[i].subject;
     }
     free(off);
     free(got);
