@@ -1,10 +1,7 @@
 /* libpostbox producer API: enqueue events on the caller's connection and transaction. */
 #include "postbox/postbox.h"
 
-#include <pthread.h>
-#include <stdbool.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/str.h"
@@ -24,39 +21,6 @@ static const char enqueue_batch_sql[] =
     "       WITH ORDINALITY AS u(a, i, t, p, h, d, ord) ORDER BY ord "
     "  RETURNING id, event_id) "
     "SELECT event_id FROM ins ORDER BY id";
-
-#define STMT_NAME "postbox_enqueue_v1"
-
-/* Connections on which the statement is prepared, identified by pointer and backend pid (a
- * freed PGconn's address may be reused, but not together with the same server process). */
-typedef struct prepared_conn {
-    const PGconn *conn;
-    int backend_pid;
-} prepared_conn_t;
-
-static pthread_mutex_t prepared_lock = PTHREAD_MUTEX_INITIALIZER;
-static prepared_conn_t prepared[64];
-static size_t prepared_next;
-
-static bool is_prepared(const PGconn *conn)
-{
-    int pid = PQbackendPID(conn);
-    bool found = false;
-    pthread_mutex_lock(&prepared_lock);
-    for (size_t i = 0; i < sizeof prepared / sizeof prepared[0]; i++)
-        if (prepared[i].conn == conn && prepared[i].backend_pid == pid)
-            found = true;
-    pthread_mutex_unlock(&prepared_lock);
-    return found;
-}
-
-static void remember_prepared(const PGconn *conn)
-{
-    pthread_mutex_lock(&prepared_lock);
-    prepared[prepared_next] = (prepared_conn_t){conn, PQbackendPID(conn)};
-    prepared_next = (prepared_next + 1) % (sizeof prepared / sizeof prepared[0]);
-    pthread_mutex_unlock(&prepared_lock);
-}
 
 static int check_ready(PGconn *conn, char *errbuf, size_t errlen)
 {
@@ -94,20 +58,16 @@ int postbox_enqueue(PGconn *conn, const postbox_event_t *ev, char event_id[POSTB
 {
     if (check_ready(conn, errbuf, errlen) || check_event(ev, errbuf, errlen))
         return -1;
-    if (!is_prepared(conn)) {
-        PGresult *res = PQprepare(conn, STMT_NAME, enqueue_one_sql, 0, NULL);
-        bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
-        if (!ok)
-            pb_errbuf_set(errbuf, errlen, "postbox_enqueue: prepare: %s",
-                          PQresultErrorMessage(res));
-        PQclear(res);
-        if (!ok)
-            return -1;
-        remember_prepared(conn);
-    }
+    /* An unnamed statement each time, not a named one prepared once per connection: whether a
+     * session still holds a named statement cannot be known on the client (DISCARD ALL,
+     * DEALLOCATE ALL, a pooler's server reset, a reused PGconn address) nor checked without a
+     * round trip, and a wrong guess is an error that aborts the caller's business transaction.
+     * The price is a parse and plan per call: about twice the server time of a prepared
+     * execution, with the same round trips; postbox_enqueue_batch() writes many events in one
+     * statement. */
     const char *params[6] = {ev->aggregate_type, ev->aggregate_id, ev->event_type,
                              ev->payload,        ev->headers,      ev->destination};
-    PGresult *res = PQexecPrepared(conn, STMT_NAME, 6, params, NULL, NULL, 0);
+    PGresult *res = PQexecParams(conn, enqueue_one_sql, 6, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
         pb_errbuf_set(errbuf, errlen, "postbox_enqueue: %s", PQresultErrorMessage(res));
         PQclear(res);
