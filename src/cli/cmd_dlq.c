@@ -128,7 +128,9 @@ static int replay_inbox(pb_cli_t *cli, PGconn *conn, const pb_dlq_filter_t *f)
     for (size_t i = 0; i < n && snk->ops->check; i++) /* what the sink can never publish */
         if (results[i].outcome == PB_OUT_UNTRIED)
             (void)snk->ops->check(snk, &events[i], &results[i]);
-    (void)snk->ops->publish(snk, events, n, results, &err);
+    pb_sink_batch_t batch = {.events = events, .results = results, .n = n};
+    if (pb_sink_publish(snk, &batch, &err) != PB_OK) /* per message below */
+        fprintf(stderr, "postbox dlq: %s\n", err.msg);
     pb_buf_t ids = {0};
     pb_buf_putc(&ids, '{');
     size_t ok = 0;

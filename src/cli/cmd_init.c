@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "common/log.h"
 #include "store/migrate.h"
+#include "store/outbox.h"
 #include "store/pg.h"
 
 int pb_cmd_init(pb_cli_t *cli)
@@ -17,6 +18,10 @@ int pb_cmd_init(pb_cli_t *cli)
     }
     int applied;
     pb_status_t st = pb_migrate(conn, &applied, &err);
+    /* the index that bounds a claim of some shards is built here, not by a starting relay: it
+     * is built concurrently, which waits for every transaction open in the database */
+    if (st == PB_OK && cli->cfg.relay_shards > 1)
+        st = pb_outbox_ensure_shard_index(conn, (int)cli->cfg.relay_shards, &err);
     PQfinish(conn);
     if (st != PB_OK) {
         log_error("init", "%s", err.msg);

@@ -9,9 +9,7 @@ int pb_cmd_relay(pb_cli_t *cli)
 {
     pb_relay_opts_t opts = {.drain = cli->drain};
     pb_error_t err;
-    bool cdc = strcmp(cli->cfg.relay_capture, "cdc") == 0;
-    pb_status_t st = cdc ? pb_relay_run_cdc(&cli->cfg, &opts, cli->stop, &err)
-                         : pb_relay_run(&cli->cfg, &opts, cli->stop, &err);
+    pb_status_t st = pb_relay_run(&cli->cfg, &opts, cli->stop, &err);
     if (st != PB_OK) {
         log_error("relay", "%s", err.msg);
         return PB_EXIT_FAILURE;

@@ -67,12 +67,11 @@ size_t pb_utf8_prefix(const char *s, size_t n)
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
     while (i < n && u[i]) {
-        size_t len = utf8_sequence(u + i, n - i);
-        if (len == 0) {
-            /* an invalid byte counts as one character: pb_text_copy replaces it */
-            i++;
-            continue;
-        }
+        size_t len = utf8_sequence(u + i, strnlen((const char *)u + i, 4));
+        if (len == 0)
+            len = 1; /* an invalid byte counts as one character: pb_text_copy replaces it */
+        if (i + len > n)
+            break; /* a valid character that does not fit whole */
         i += len;
     }
     return i;

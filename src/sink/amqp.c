@@ -34,6 +34,16 @@
 #define POOL_PAGE 16384
 #define IDLE_MAX_FRAMES 64
 
+/* Book-keeping of the batch in flight, between send and await. */
+typedef struct batch {
+    const pb_event_t *events;
+    pb_result_t *results;
+    uint64_t first_tag;
+    size_t nslots;  /* events handed to the broker */
+    size_t pending; /* slots still without ack or nack */
+    size_t low;     /* every slot below low is done */
+} batch_t;
+
 typedef struct amqp_sink {
     pb_sink_t base; /* first: the relay holds a pb_sink_t * */
     pb_amqp_url_t url;
@@ -45,17 +55,9 @@ typedef struct amqp_sink {
     size_t *slot_event;        /* slot (tag - first tag of the batch) -> index into events */
     unsigned char *slot_done;  /* the slot got its ack or nack */
     size_t slot_cap;
+    batch_t inflight; /* between sink_send and sink_await */
+    bool awaiting;    /* sink_send returned PB_OK: sink_await reads the confirms */
 } amqp_sink_t;
-
-/* Book-keeping of one publish call. */
-typedef struct batch {
-    const pb_event_t *events;
-    pb_result_t *results;
-    uint64_t first_tag;
-    size_t nslots;  /* events handed to the broker */
-    size_t pending; /* slots still without ack or nack */
-    size_t low;     /* every slot below low is done */
-} batch_t;
 
 static const pb_sink_ops_t amqp_ops;
 
@@ -112,6 +114,7 @@ static pb_status_t sink_connect(pb_sink_t *snk, pb_error_t *err)
     amqp_sink_t *s = (amqp_sink_t *)snk;
     const pb_config_t *cfg = snk->cfg;
     pb_amqp_link_close(&s->link);
+    s->awaiting = false;
     pb_status_t st = pb_amqp_open(&s->url, cfg, s->heartbeat_s, &s->link.conn, err);
     if (st != PB_OK)
         return st;
@@ -608,11 +611,14 @@ static bool sink_check(pb_sink_t *snk, const pb_event_t *ev, pb_result_t *res)
     return check_event(snk->cfg, ev, rkey, res);
 }
 
-static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t n,
-                                pb_result_t *results, pb_error_t *err)
+/* Publishes the batch pipelined; sink_await reads the confirms. */
+static pb_status_t sink_send(pb_sink_t *snk, pb_sink_batch_t *sb, pb_error_t *err)
 {
     amqp_sink_t *s = (amqp_sink_t *)snk;
     const pb_config_t *cfg = snk->cfg;
+    const pb_event_t *events = sb->events;
+    pb_result_t *results = sb->results;
+    size_t n = sb->n;
     if (!s->link.conn || !s->link.channel_open) {
         for (size_t i = 0; i < n; i++) {
             if (results[i].outcome == PB_OUT_UNTRIED)
@@ -622,7 +628,8 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
     }
     ensure_slots(s, n);
 
-    batch_t b = {.events = events, .results = results, .first_tag = s->last_tag + 1};
+    s->inflight = (batch_t){.events = events, .results = results, .first_tag = s->last_tag + 1};
+    batch_t *b = &s->inflight;
     amqp_bytes_t exchange = amqp_cstring_bytes(cfg->amqp_exchange);
     size_t frame_max = (size_t)amqp_get_frame_max(s->link.conn);
     amqp_boolean_t mandatory = cfg->amqp_mandatory;
@@ -631,7 +638,7 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
 
     for (size_t i = 0; i < n; i++) {
         if (results[i].outcome != PB_OUT_UNTRIED)
-            continue; /* held back by the relay */
+            continue; /* held back or rejected by the relay */
         const pb_event_t *ev = &events[i];
         pb_result_t *res = &results[i];
         if (pub_rc != AMQP_STATUS_OK) {
@@ -640,7 +647,8 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
             continue;
         }
         char rkey[SHORTSTR_MAX + 1];
-        if (!check_event(cfg, ev, rkey, res)) {
+        if (!pb_route_render(cfg->amqp_routing_key, ev, rkey, sizeof rkey)) {
+            pb_result_set(res, PB_OUT_REJECT, "routing key longer than 255 bytes");
             rejected++;
             continue;
         }
@@ -660,30 +668,42 @@ static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t
                         amqp_error_string2(rc));
             continue;
         }
-        s->slot_event[b.nslots] = i;
-        s->slot_done[b.nslots] = 0;
-        b.nslots++;
+        s->slot_event[b->nslots] = i;
+        s->slot_done[b->nslots] = 0;
+        b->nslots++;
         s->last_tag++;
     }
-    b.pending = b.nslots;
+    b->pending = b->nslots;
     if (rejected)
         log_warn(FAC, "%zu events of the batch cannot be published to rabbitmq (see their "
                       "last_error)", rejected);
-
-    pb_status_t st = PB_OK;
-    if (pub_rc != AMQP_STATUS_OK) {
-        /* take the confirms (or the broker's close) already received, then give up */
-        st = await_confirms(s, &b, pb_monotonic_ms(), true, err);
-        if (s->link.conn)
-            st = lost(s, &b, err, "connection lost while publishing: %s",
-                      amqp_error_string2(pub_rc));
-    } else if (b.nslots > 0) {
-        st = await_confirms(s, &b, pb_monotonic_ms() + cfg->amqp_confirm_timeout, false, err);
-    }
     log_debug(FAC, "batch of %zu: %zu sent (tags %llu..%llu), %zu rejected before sending", n,
-              b.nslots, (unsigned long long)b.first_tag,
-              (unsigned long long)(b.first_tag + b.nslots - 1), rejected);
+              b->nslots, (unsigned long long)b->first_tag,
+              (unsigned long long)(b->first_tag + b->nslots - 1), rejected);
+    if (pub_rc == AMQP_STATUS_OK) {
+        s->awaiting = true;
+        return PB_OK;
+    }
+    /* take the confirms (or the broker's close) already received, then give up */
+    pb_status_t st = await_confirms(s, b, pb_monotonic_ms(), true, err);
+    if (s->link.conn)
+        st = lost(s, b, err, "connection lost while publishing: %s", amqp_error_string2(pub_rc));
+    recycle_amqp_pool(&s->pool);
+    return st == PB_OK ? pb_fail(err, PB_TRANSIENT, "connection lost while publishing") : st;
+}
 
+/* Reads the confirms of the batch sent. */
+static pb_status_t sink_await(pb_sink_t *snk, pb_sink_batch_t *sb, pb_error_t *err)
+{
+    amqp_sink_t *s = (amqp_sink_t *)snk;
+    (void)sb; /* one batch in flight: s->inflight points at its events and results */
+    if (!s->awaiting)
+        return PB_OK;
+    s->awaiting = false;
+    batch_t *b = &s->inflight;
+    pb_status_t st = PB_OK;
+    if (b->nslots > 0)
+        st = await_confirms(s, b, pb_monotonic_ms() + snk->cfg->amqp_confirm_timeout, false, err);
     recycle_amqp_pool(&s->pool);
     if (s->link.conn)
         amqp_maybe_release_buffers(s->link.conn);
@@ -731,8 +751,10 @@ static void sink_free(pb_sink_t *snk)
 
 static const pb_sink_ops_t amqp_ops = {
     .name = "amqp",
+    .max_in_flight = 1,
     .connect = sink_connect,
-    .publish = sink_publish,
+    .send = sink_send,
+    .await = sink_await,
     .check = sink_check,
     .idle = sink_idle,
     .free = sink_free,

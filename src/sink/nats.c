@@ -608,10 +608,12 @@ static bool window_slot(nats_sink_t *s, size_t *acked_seen)
 }
 
 /* Publishes the batch without waiting for the acks (sink_await collects them). */
-static pb_status_t sink_send(pb_sink_t *snk, const pb_event_t *events, size_t n,
-                             pb_result_t *results, pb_error_t *err)
+static pb_status_t sink_send(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *err)
 {
     nats_sink_t *s = (nats_sink_t *)snk;
+    const pb_event_t *events = b->events;
+    pb_result_t *results = b->results;
+    size_t n = b->n;
     const pb_config_t *cfg = snk->cfg;
     natsConnStatus cs = s->nc ? natsConnection_Status(s->nc) : NATS_CONN_STATUS_CLOSED;
     if (cs != NATS_CONN_STATUS_CONNECTED) {
@@ -647,7 +649,12 @@ static pb_status_t sink_send(pb_sink_t *snk, const pb_event_t *events, size_t n,
         char subj[SUBJECT_MAX];
         natsMsg *m;
         snprintf(reply + s->reply_len, sizeof reply - s->reply_len, "%zu", i);
-        if (!check_event(s, ev, subj, res) || !(m = build_msg(s, ev, subj, reply, res))) {
+        if (!render_subject(cfg, ev, subj, SUBJECT_MAX)) { /* checked by the relay (sink_check) */
+            pb_result_setf(res, PB_OUT_REJECT, "subject longer than %d bytes", SUBJECT_MAX - 1);
+            s->rejected++;
+            continue;
+        }
+        if (!(m = build_msg(s, ev, subj, reply, res))) {
             s->rejected += res->outcome == PB_OUT_REJECT;
             continue;
         }
@@ -677,9 +684,10 @@ static pb_status_t sink_send(pb_sink_t *snk, const pb_event_t *events, size_t n,
 }
 
 /* Waits for the acks of what sink_send published and settles every outcome. */
-static pb_status_t sink_await(pb_sink_t *snk, pb_error_t *err)
+static pb_status_t sink_await(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *err)
 {
     nats_sink_t *s = (nats_sink_t *)snk;
+    (void)b; /* one batch in flight: the sink holds its events and results */
     const pb_config_t *cfg = snk->cfg;
     if (!s->open) /* written by this thread only */
         return PB_OK;
@@ -742,17 +750,11 @@ static void sink_free(pb_sink_t *snk)
     pb_nats_lib_release();
 }
 
-static pb_status_t sink_publish(pb_sink_t *snk, const pb_event_t *events, size_t n,
-                                pb_result_t *results, pb_error_t *err)
-{
-    pb_status_t st = sink_send(snk, events, n, results, err);
-    return st == PB_OK ? sink_await(snk, err) : st;
-}
-
 static const pb_sink_ops_t nats_ops = {
     .name = "nats",
+    .caps = PB_SINK_DEDUPS_BY_ID,
+    .max_in_flight = 1,
     .connect = sink_connect,
-    .publish = sink_publish,
     .send = sink_send,
     .await = sink_await,
     .check = sink_check,

@@ -14,35 +14,51 @@
 
 typedef struct pb_sink pb_sink_t;
 
+/* A batch handed to a sink: the events in publish order and one result per event. The caller
+ * owns all three and keeps them unchanged from send until its await returned. On entry every
+ * result the sink is to publish is PB_OUT_UNTRIED; the others (held back by the relay, rejected
+ * by check) are left alone. */
+typedef struct pb_sink_batch {
+    const pb_event_t *events;
+    pb_result_t *results;
+    size_t n;
+} pb_sink_batch_t;
+
+/* What a sink can do beyond the contract (pb_sink_ops_t.caps). */
+typedef enum pb_sink_caps {
+    /* The broker drops a message whose id (the event id) it stored within a window, so a batch
+     * published again after a relay crash is not stored twice (NATS Nats-Msg-Id). */
+    PB_SINK_DEDUPS_BY_ID = 1u << 0,
+} pb_sink_caps_t;
+
 typedef struct pb_sink_ops {
-    const char *name; /* "amqp", "stdout": used in logs and metrics */
+    const char *name;      /* "amqp", "nats", "stdout": used in logs and metrics */
+    unsigned caps;         /* pb_sink_caps_t flags */
+    size_t max_in_flight;  /* batches that may be sent before the first is awaited (>= 1) */
 
     /* Opens the connection and prepares publishing (channel, confirms, exchange). Returns
      * PB_TRANSIENT when the broker cannot be reached (the caller retries with backoff) and
      * PB_FATAL for what a retry cannot fix: refused credentials, a missing exchange that is not
-     * to be declared, a bad URL. Called again after a publish reported the connection lost. */
+     * to be declared, a bad URL. Called again after send or await reported the connection lost. */
     pb_status_t (*connect)(pb_sink_t *snk, pb_error_t *err);
 
-    /* Publishes events[i] for every i whose results[i].outcome is PB_OUT_UNTRIED on entry
-     * (others are left alone: the relay holds them back), pipelined, then waits for every
-     * confirm. Sets results[i] to PUBLISHED, RETRY or REJECT with a reason. Returns PB_OK when
-     * the connection is still usable, PB_TRANSIENT when it was lost (events without a confirm
-     * are then RETRY; the relay calls connect again before the next batch). */
-    pb_status_t (*publish)(pb_sink_t *snk, const pb_event_t *events, size_t n,
-                           pb_result_t *results, pb_error_t *err);
+    /* Publishes every UNTRIED event of the batch, pipelined, without waiting for the broker's
+     * acknowledgements. Returns PB_OK when the batch is out (some events may already have an
+     * outcome: RETRY or REJECT with a reason) and await must follow; PB_TRANSIENT when the
+     * connection is lost (every event without an outcome is then RETRY; await must not be
+     * called; the caller connects again before the next batch). */
+    pb_status_t (*send)(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *err);
 
-    /* Optional pair (both NULL, or both set): publish split in two, so that the caller can do
-     * other work while the broker acknowledges. send publishes like publish but returns without
-     * waiting; await (called once after every send that returned PB_OK) waits for the
-     * acknowledgements and sets the results, returning what publish would have. */
-    pb_status_t (*send)(pb_sink_t *snk, const pb_event_t *events, size_t n, pb_result_t *results,
-                        pb_error_t *err);
-    pb_status_t (*await)(pb_sink_t *snk, pb_error_t *err);
+    /* Waits for the acknowledgements of a batch sent (in send order when several are in flight)
+     * and sets every result of it to PUBLISHED, RETRY or REJECT with a reason. Returns PB_OK
+     * when the connection is still usable, PB_TRANSIENT when it was lost (events without a
+     * confirm are then RETRY). */
+    pb_status_t (*await)(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *err);
 
     /* Optional (may be NULL). Tells, before anything is published, whether an event can never
      * be published by this sink (too large, routing key too long): then fills result with
-     * PB_OUT_REJECT and a reason and returns false. The relay then holds back the later events of
-     * the same aggregate in the batch, so the order survives a dead letter. */
+     * PB_OUT_REJECT and a reason and returns false. The relay calls it once per event and
+     * dead-letters what it refuses; send does not repeat it. */
     bool (*check)(pb_sink_t *snk, const pb_event_t *event, pb_result_t *result);
 
     /* Sends heartbeats / notices a dead connection while the relay is idle. Cheap. */
@@ -65,7 +81,12 @@ void pb_result_setf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...) 
 /* Creates the sink named by cfg->relay_sink, unconnected. Fails only on configuration errors. */
 pb_status_t pb_sink_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err) PB_MUSTCHECK;
 
-/* Constructors, one per implementation file. */
+/* Publishes a batch and waits for it: send, then await when send returned PB_OK. */
+pb_status_t pb_sink_publish(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *err) PB_MUSTCHECK;
+
+/* A sink's constructor; one per implementation file, listed in sink.c's table. */
+typedef pb_status_t (*pb_sink_new_fn)(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err);
+
 pb_status_t pb_sink_amqp_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err) PB_MUSTCHECK;
 pb_status_t pb_sink_nats_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err) PB_MUSTCHECK;
 pb_status_t pb_sink_stdout_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err) PB_MUSTCHECK;

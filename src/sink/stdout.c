@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "common/route.h"
 #include "common/str.h"
 #include "sink/sink.h"
@@ -21,17 +23,33 @@ static pb_status_t stdout_connect(pb_sink_t *snk, pb_error_t *err)
     return PB_OK;
 }
 
-static pb_status_t stdout_publish(pb_sink_t *snk, const pb_event_t *events, size_t n,
-                                  pb_result_t *results, pb_error_t *err)
+/* Appends JSON text re-indented (stdout.pretty), or as it is. */
+static void append_json(stdout_sink_t *s, const char *text)
+{
+    if (!s->base.cfg->stdout_pretty) {
+        pb_buf_puts(&s->line, text);
+        return;
+    }
+    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+    char *out = v ? json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : NULL;
+    pb_buf_puts(&s->line, out ? out : text);
+    free(out);
+    json_decref(v);
+}
+
+static pb_status_t stdout_send(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *err)
 {
     stdout_sink_t *s = (stdout_sink_t *)snk;
+    const pb_event_t *events = b->events;
+    pb_result_t *results = b->results;
+    size_t n = b->n;
     char route[256];
     pb_buf_reset(&s->line);
     for (size_t i = 0; i < n; i++) {
         if (results[i].outcome != PB_OUT_UNTRIED)
             continue;
         const pb_event_t *ev = &events[i];
-        pb_route_render(snk->cfg->amqp_routing_key, ev, route, sizeof route);
+        pb_route_render(snk->cfg->stdout_destination, ev, route, sizeof route);
         pb_buf_puts(&s->line, "{\"event_id\":");
         pb_buf_append_json_string(&s->line, ev->event_id);
         pb_buf_puts(&s->line, ",\"aggregate_type\":");
@@ -42,8 +60,12 @@ static pb_status_t stdout_publish(pb_sink_t *snk, const pb_event_t *events, size
         pb_buf_append_json_string(&s->line, ev->event_type);
         pb_buf_puts(&s->line, ",\"destination\":");
         pb_buf_append_json_string(&s->line, route);
-        pb_buf_printf(&s->line, ",\"created_at_us\":%lld,\"headers\":%s,\"payload\":%s}\n",
-                      (long long)ev->created_at_us, ev->headers ? ev->headers : "{}", ev->payload);
+        pb_buf_printf(&s->line, ",\"created_at_us\":%lld,\"headers\":",
+                      (long long)ev->created_at_us);
+        append_json(s, ev->headers ? ev->headers : "{}");
+        pb_buf_puts(&s->line, ",\"payload\":");
+        append_json(s, ev->payload);
+        pb_buf_puts(&s->line, "}\n");
     }
     size_t written = fwrite(s->line.data ? s->line.data : "", 1, s->line.len, stdout);
     int flushed = fflush(stdout);
@@ -58,6 +80,15 @@ static pb_status_t stdout_publish(pb_sink_t *snk, const pb_event_t *events, size
     }
     if (!ok)
         return pb_fail(err, PB_TRANSIENT, "write to stdout failed: %s", strerror(errno));
+    return PB_OK;
+}
+
+/* Everything is settled by send: a line counts once it is flushed. */
+static pb_status_t stdout_await(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *err)
+{
+    (void)snk;
+    (void)b;
+    (void)err;
     return PB_OK;
 }
 
@@ -79,8 +110,10 @@ static void stdout_free(pb_sink_t *snk)
 
 static const pb_sink_ops_t stdout_ops = {
     .name = "stdout",
+    .max_in_flight = 1,
     .connect = stdout_connect,
-    .publish = stdout_publish,
+    .send = stdout_send,
+    .await = stdout_await,
     .check = NULL,
     .idle = stdout_idle,
     .free = stdout_free,
@@ -88,7 +121,9 @@ static const pb_sink_ops_t stdout_ops = {
 
 pb_status_t pb_sink_stdout_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err)
 {
-    (void)err;
+    pb_error_t why;
+    if (pb_route_check_template(cfg->stdout_destination, &why) != PB_OK)
+        return pb_fail(err, PB_FATAL, "stdout.destination: %s", why.msg);
     stdout_sink_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);
     s->base.ops = &stdout_ops;

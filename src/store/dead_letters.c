@@ -5,27 +5,70 @@
 
 #include "store/pg.h"
 
-static const char dead_event_sql[] =
-    "WITH gone AS (DELETE FROM postbox.outbox WHERE id = $1::bigint) "
+/* Dead letters for events the relay gave up on, one statement for a whole batch; each event's
+ * outbox row (id > 0) goes at the same time. */
+static const char dead_events_sql[] =
+    "WITH f AS (SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], "
+    "    $5::text[], $6::text[], $7::text[], $8::text[], $9::bigint[], $10::int[], $11::text[]) "
+    "    AS f(id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "
+    "         destination, created_us, attempts, reason)), "
+    "gone AS (DELETE FROM postbox.outbox o USING f WHERE o.id = f.id) "
     "INSERT INTO postbox.dead_letters (outbox_id, event_id, aggregate_type, aggregate_id, "
     "    event_type, payload, headers, destination, created_at, attempts, last_error, reason) "
-    "VALUES (nullif($1::bigint, 0), $2::uuid, $3, $4, $5, $6::jsonb, coalesce($7::jsonb, '{}'), $8, "
-    "        to_timestamp($9::bigint / 1000000.0), $10::integer, $11, $11)";
+    "SELECT nullif(id, 0), event_id, aggregate_type, aggregate_id, event_type, payload::jsonb, "
+    "       coalesce(headers::jsonb, '{}'), destination, to_timestamp(created_us / 1000000.0), "
+    "       attempts, reason, reason FROM f";
 
 pb_status_t pb_dead_letter_event(PGconn *conn, const pb_event_t *ev, int attempts,
                                  const char *reason, pb_error_t *err)
 {
-    char id[24], created[24], att[16];
-    snprintf(id, sizeof id, "%lld", (long long)ev->id);
-    snprintf(created, sizeof created, "%lld", (long long)ev->created_at_us);
-    snprintf(att, sizeof att, "%d", attempts);
-    const char *params[11] = {id,          ev->event_id, ev->aggregate_type, ev->aggregate_id,
-                              ev->event_type, ev->payload, ev->headers,     ev->destination,
-                              created,     att,          reason};
-    PGresult *res = PQexecParams(conn, dead_event_sql, 11, NULL, params, NULL, NULL, 0);
-    pb_status_t st = pb_pg_check(conn, res, PGRES_COMMAND_OK, "write dead letter", err);
+    const pb_event_t *evs[1] = {ev};
+    const char *reasons[1] = {reason};
+    return pb_dead_letter_events(conn, evs, &attempts, reasons, 1, err);
+}
+
+/* Appends a text element to an array literal, or NULL. */
+static void put_text(pb_buf_t *b, size_t i, const char *s)
+{
+    pb_buf_puts(b, i ? "," : "{");
+    if (s)
+        pb_buf_append_array_text(b, s);
+    else
+        pb_buf_puts(b, "NULL");
+}
+
+pb_status_t pb_dead_letter_events(PGconn *conn, const pb_event_t *const *evs, const int *attempts,
+                                  const char *const *reasons, size_t n, pb_error_t *err)
+{
+    if (n == 0)
+        return PB_OK;
+    enum { N_COLS = 11 };
+    pb_buf_t cols[N_COLS] = {{0}};
+    for (size_t i = 0; i < n; i++) {
+        const pb_event_t *ev = evs[i];
+        pb_buf_printf(&cols[0], "%s%lld", i ? "," : "{", (long long)ev->id);
+        put_text(&cols[1], i, ev->event_id);
+        put_text(&cols[2], i, ev->aggregate_type);
+        put_text(&cols[3], i, ev->aggregate_id);
+        put_text(&cols[4], i, ev->event_type);
+        put_text(&cols[5], i, ev->payload);
+        put_text(&cols[6], i, ev->headers);
+        put_text(&cols[7], i, ev->destination);
+        pb_buf_printf(&cols[8], "%s%lld", i ? "," : "{", (long long)ev->created_at_us);
+        pb_buf_printf(&cols[9], "%s%d", i ? "," : "{", attempts[i]);
+        put_text(&cols[10], i, reasons[i]);
+    }
+    const char *params[N_COLS];
+    for (int c = 0; c < N_COLS; c++) {
+        pb_buf_putc(&cols[c], '}');
+        params[c] = cols[c].data;
+    }
+    PGresult *res = PQexecParams(conn, dead_events_sql, N_COLS, NULL, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(conn, res, PGRES_COMMAND_OK, "write dead letters", err);
     if (st == PB_OK)
         PQclear(res);
+    for (int c = 0; c < N_COLS; c++)
+        pb_buf_free(&cols[c]);
     return st;
 }
 

@@ -21,6 +21,11 @@
 pb_status_t pb_dead_letter_event(PGconn *conn, const pb_event_t *ev, int attempts,
                                  const char *reason, pb_error_t *err) PB_MUSTCHECK;
 
+/* The same for n events in one statement: evs[i] gave up after attempts[i] with reasons[i]. */
+pb_status_t pb_dead_letter_events(PGconn *conn, const pb_event_t *const *evs, const int *attempts,
+                                  const char *const *reasons, size_t n,
+                                  pb_error_t *err) PB_MUSTCHECK;
+
 typedef enum pb_dlq_table {
     PB_DLQ_OUTBOX = 0, /* postbox.dead_letters */
     PB_DLQ_INBOX,      /* postbox.inbox_dead */

@@ -4,59 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/outbox_sql.h"
 #include "store/pg.h"
 
-/* Events that failed wait for their retry set aside (waiting = true, see
- * sql/005_retry_waiting.sql), so that the claim never walks over them: its work is bounded by
- * the batch size however many events wait.
- *
- * wake_sql, run before the claim's transaction: up to $1 waiting rows whose retry time has come
- * go back to the rows the claim walks (outbox_waiting_due). It runs only when due_sql finds such
- * a row: a plain read of the same index, and no UPDATE statement (whose statement-level
- * triggers a user may have put on the outbox would fire) before every claim. */
-static const char due_sql[] =
-    "SELECT EXISTS (SELECT FROM postbox.outbox WHERE waiting AND next_attempt_at <= now())";
-
-static const char wake_sql[] =
-    "UPDATE postbox.outbox o SET waiting = false "
-    "FROM (SELECT id FROM postbox.outbox "
-    "      WHERE waiting AND next_attempt_at <= now() "
-    "      ORDER BY next_attempt_at, id LIMIT $1 "
-    "      FOR UPDATE SKIP LOCKED) due "
-    "WHERE o.id = due.id";
-
-/* The claim: the next $1 rows in publish order that do not wait (outbox_ready) and are not in
- * one of this relay's batches still in flight ($4, a multirange of ids). It takes no row locks:
- * the shard locks already make this relay the only one claiming these rows (relay/shards.h), and
- * the ids in flight are exactly what SKIP LOCKED used to skip. Skipping locked rows cost more
- * than the claim itself: with two batches in flight, every claim tried and failed to lock the
- * 2 × batch rows ahead of its own, and wrote a lock to each row it took.
- *
- * Per aggregate order: a candidate behind an earlier waiting event of its aggregate (found
- * through outbox_waiting) must not overtake it; blocked_until is then that event's retry time,
- * and pb_outbox_claim parks the candidate (park_sql) instead of returning it for publishing: it
- * waits too, so no later claim walks over it again. While nothing waits (checked once per
- * statement) no candidate looks, and park_sql never runs. $2 is relay.shards, $3 the shards
- * this instance owns (see relay/shards.h). */
-static const char claim_sql[] =
-    "SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload::text, "
-    "       o.headers::text, o.destination, "
-    "       (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts, "
-    "       CASE WHEN (SELECT EXISTS (SELECT FROM postbox.outbox w WHERE w.waiting)) THEN "
-    "       (SELECT b.next_attempt_at FROM postbox.outbox b "
-    "        WHERE b.waiting AND b.aggregate_type = o.aggregate_type "
-    "          AND b.aggregate_id = o.aggregate_id AND b.id < o.id "
-    "        ORDER BY b.id DESC LIMIT 1) END AS blocked_until "
-    "FROM postbox.outbox o "
-    "WHERE o.published_at IS NULL AND NOT o.waiting AND NOT ($4::int8multirange @> o.id) "
-    "  AND ($2::int = 1 OR " PB_OUTBOX_SHARD_SQL("o") " % $2::int = ANY($3::int[])) "
-    "ORDER BY o.id LIMIT $1";
-
-/* Parks claimed rows ($1) until the retry times ($2) of the events they wait behind. */
-static const char park_sql[] =
-    "UPDATE postbox.outbox o SET waiting = true, "
-    "    next_attempt_at = greatest(o.next_attempt_at, p.until) "
-    "FROM unnest($1::bigint[], $2::timestamptz[]) AS p(id, until) WHERE o.id = p.id";
+/* The wake and the claim are functions of the schema (store/outbox_sql.h): their cost is bounded
+ * by the batch size whatever the planner statistics say. A failed event waits for its retry set
+ * aside (waiting = true), so that the claim never walks over it; a claimed event behind an
+ * earlier waiting event of its aggregate is parked by the claim itself. The claim takes no row
+ * locks: the shard locks already make this relay the only one claiming these rows
+ * (relay/shards.h), and the ids in flight are exactly what SKIP LOCKED used to skip. */
 
 /* Settling the published rows, one statement per batch: $1 names them densely or sparsely (see
  * pb_outbox_ids_literal). */
@@ -116,8 +72,6 @@ void pb_outbox_free(pb_outbox_t *ob)
     pb_buf_free(&ob->retry_delays);
     pb_buf_free(&ob->dead_ids);
     pb_buf_free(&ob->dead_reasons);
-    pb_buf_free(&ob->park_ids);
-    pb_buf_free(&ob->park_until);
 }
 
 static pb_status_t prepare(PGconn *conn, const char *name, const char *sql, pb_error_t *err)
@@ -132,10 +86,8 @@ static pb_status_t prepare(PGconn *conn, const char *name, const char *sql, pb_e
 pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err)
 {
     pb_status_t st;
-    if ((st = prepare(ob->conn, "pb_due", due_sql, err)) != PB_OK ||
-        (st = prepare(ob->conn, "pb_wake", wake_sql, err)) != PB_OK ||
-        (st = prepare(ob->conn, "pb_claim", claim_sql, err)) != PB_OK ||
-        (st = prepare(ob->conn, "pb_park", park_sql, err)) != PB_OK ||
+    if ((st = prepare(ob->conn, "pb_wake", PB_OUTBOX_WAKE_SQL, err)) != PB_OK ||
+        (st = prepare(ob->conn, "pb_claim", PB_OUTBOX_CLAIM_SQL, err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_publish", ob->delete_on_publish ? delete_sql : mark_sql,
                       err)) != PB_OK ||
         (st = prepare(ob->conn, "pb_publish_sparse",
@@ -202,57 +154,53 @@ bool pb_outbox_ids_literal(int64_t *ids, size_t n, pb_buf_t *out)
     return true;
 }
 
-pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *owned,
-                            const char *in_flight, pb_error_t *err)
+static pb_status_t send_prepared(pb_outbox_t *ob, const char *name, int nparams,
+                                 const char *const *params, pb_error_t *err)
+{
+    if (PQsendQueryPrepared(ob->conn, name, nparams, params, NULL, NULL, 0) != 1)
+        return pb_fail(err, PB_TRANSIENT, "%s: %s", name, PQerrorMessage(ob->conn));
+    return PB_OK;
+}
+
+pb_status_t pb_outbox_send_claim(pb_outbox_t *ob, int limit, int shards, const char *owned,
+                                 const char *in_flight, pb_error_t *err)
 {
     clear_batch(ob);
-    char limit_text[16], shards_text[16];
-    snprintf(limit_text, sizeof limit_text, "%d", limit);
-    snprintf(shards_text, sizeof shards_text, "%d", shards);
-    const char *params[4] = {limit_text, shards_text, owned, in_flight};
-    /* in a transaction of its own: the woken rows are not held locked while this batch is out
-     * (inside an open one, other sessions would see them waiting and locked, and park the events
-     * behind them until that transaction ends) */
-    if (PQtransactionStatus(ob->conn) != PQTRANS_IDLE)
-        return pb_fail(err, PB_TRANSIENT, "claim on a connection with a transaction still open");
-    PGresult *res = PQexecPrepared(ob->conn, "pb_due", 0, NULL, NULL, NULL, 0);
-    pb_status_t st = pb_pg_check(ob->conn, res, PGRES_TUPLES_OK, "look for due waiting events", err);
-    if (st != PB_OK)
+    snprintf(ob->limit_text, sizeof ob->limit_text, "%d", limit);
+    snprintf(ob->shards_text, sizeof ob->shards_text, "%d", shards);
+    const char *params[4] = {ob->limit_text, ob->shards_text, owned, in_flight};
+    /* the wake commits on its own before the claim: the claim must see the woken rows */
+    pb_status_t st;
+    if ((st = send_prepared(ob, "pb_wake", 1, params, err)) != PB_OK ||
+        (st = send_prepared(ob, "pb_claim", 4, params, err)) != PB_OK)
         return st;
-    bool due = PQgetvalue(res, 0, 0)[0] == 't';
-    PQclear(res);
-    if (due) {
-        res = PQexecPrepared(ob->conn, "pb_wake", 1, params, NULL, NULL, 0);
-        st = pb_pg_check(ob->conn, res, PGRES_COMMAND_OK, "wake waiting events", err);
-        if (st != PB_OK)
-            return st;
-        PQclear(res);
-    }
-    if ((st = pb_pg_exec(ob->conn, "BEGIN", err)) != PB_OK)
+    return PB_OK;
+}
+
+pb_status_t pb_outbox_read_claim(pb_outbox_t *ob, pb_error_t *err)
+{
+    clear_batch(ob);
+    PGresult *res;
+    pb_status_t st;
+    if ((st = pb_pg_read_result(ob->conn, PGRES_TUPLES_OK, "wake waiting events", NULL, err)) !=
+            PB_OK ||
+        (st = pb_pg_read_result(ob->conn, PGRES_TUPLES_OK, "claim outbox batch", &res, err)) !=
+            PB_OK)
         return st;
-    res = PQexecPrepared(ob->conn, "pb_claim", 4, params, NULL, NULL, 0);
-    if ((st = pb_pg_check(ob->conn, res, PGRES_TUPLES_OK, "claim outbox batch", err)) != PB_OK) {
-        pb_outbox_rollback(ob);
-        return st;
-    }
     size_t n = (size_t)PQntuples(res);
     if (n > ob->cap_events) {
         ob->events = pb_realloc(ob->events, n * sizeof *ob->events);
         ob->cap_events = n;
     }
-    size_t k = 0; /* the batch from the front, the parked rows from the back */
-    pb_buf_reset(&ob->park_ids);
-    pb_buf_reset(&ob->park_until);
+    size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         int r = (int)i;
-        bool parked = !PQgetisnull(res, r, 10);
-        pb_event_t *ev = parked ? &ob->events[n - 1 - ob->n_parked++] : &ob->events[k++];
-        if (parked) {
-            const char *sep = ob->n_parked > 1 ? "," : "{";
-            pb_buf_printf(&ob->park_ids, "%s%s", sep, PQgetvalue(res, r, 0));
-            pb_buf_puts(&ob->park_until, sep);
-            pb_buf_append_array_text(&ob->park_until, PQgetvalue(res, r, 10));
+        if (PQgetvalue(res, r, 10)[0] == 't') { /* set aside by the claim */
+            ob->n_parked++;
+            continue;
         }
+        pb_event_t *ev = &ob->events[k++];
+        memset(ev, 0, sizeof *ev);
         ev->id = strtoll(PQgetvalue(res, r, 0), NULL, 10);
         ev->event_id = PQgetvalue(res, r, 1);
         ev->aggregate_type = PQgetvalue(res, r, 2);
@@ -267,19 +215,49 @@ pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *
     }
     ob->batch = res;
     ob->n_events = k;
-    if (ob->n_parked == 0)
-        return PB_OK;
-    pb_buf_putc(&ob->park_ids, '}');
-    pb_buf_putc(&ob->park_until, '}');
-    const char *park_params[2] = {ob->park_ids.data, ob->park_until.data};
-    res = PQexecPrepared(ob->conn, "pb_park", 2, park_params, NULL, NULL, 0);
-    if ((st = pb_pg_check(ob->conn, res, PGRES_COMMAND_OK, "set aside waiting events", err)) !=
-        PB_OK) {
-        pb_outbox_rollback(ob);
-        return st;
-    }
-    PQclear(res);
     return PB_OK;
+}
+
+/* Runs a SELECT whose rows do not matter (an advisory lock function). */
+static pb_status_t exec_select(PGconn *conn, const char *sql, pb_error_t *err)
+{
+    PGresult *res = PQexec(conn, sql);
+    pb_status_t st = pb_pg_check(conn, res, PGRES_TUPLES_OK, sql, err);
+    if (st == PB_OK)
+        PQclear(res);
+    return st;
+}
+
+pb_status_t pb_outbox_ensure_shard_index(PGconn *conn, int shards, pb_error_t *err)
+{
+    char text[16];
+    snprintf(text, sizeof text, "%d", shards);
+    const char *params[1] = {text};
+    /* two relays starting together build the index once */
+    pb_status_t st = exec_select(conn, "SELECT pg_advisory_lock(hashtext('postbox.shard_index'))",
+                                 err);
+    if (st != PB_OK)
+        return st;
+    PGresult *res = PQexecParams(conn, PB_OUTBOX_SHARD_INDEX_SQL, 1, NULL, params, NULL, NULL, 0);
+    st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "plan the shard index", err);
+    if (st == PB_OK) {
+        for (int i = 0; st == PB_OK && i < PQntuples(res); i++)
+            st = pb_pg_exec(conn, PQgetvalue(res, i, 0), err);
+        PQclear(res);
+    }
+    pb_error_t unlock_err;
+    pb_status_t ust = exec_select(
+        conn, "SELECT pg_advisory_unlock(hashtext('postbox.shard_index'))", &unlock_err);
+    if (ust != PB_OK && st == PB_OK) {
+        *err = unlock_err;
+        return ust;
+    }
+    return st;
+}
+
+void pb_outbox_release_batch(pb_outbox_t *ob)
+{
+    clear_batch(ob);
 }
 
 void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
@@ -329,51 +307,69 @@ void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
         pb_buf_putc(bufs[b], '}');
     ob->published_sparse = pb_outbox_ids_literal(ob->published, counts->published,
                                                  &ob->published_ids);
+    ob->n_published = counts->published;
+    ob->n_retried = counts->retried;
+    ob->n_dead = counts->dead;
 }
 
-static pb_status_t exec_prepared(pb_outbox_t *ob, const char *name, int nparams,
-                                 const char *const *params, ExecStatusType expect,
-                                 pb_error_t *err)
+pb_status_t pb_outbox_send_settle(pb_outbox_t *ob, pb_error_t *err)
 {
-    PGresult *res = PQexecPrepared(ob->conn, name, nparams, params, NULL, NULL, 0);
-    pb_status_t st = pb_pg_check(ob->conn, res, expect, name, err);
-    if (st == PB_OK)
-        PQclear(res);
-    return st;
-}
-
-pb_status_t pb_outbox_settle(pb_outbox_t *ob, const pb_result_t *results,
-                             const pb_settle_plan_t *plans, pb_settle_counts_t *counts,
-                             pb_error_t *err)
-{
-    pb_outbox_build_arrays(ob, results, plans, counts);
     pb_status_t st = PB_OK;
-    if (counts->published) {
+    ob->settle_queued = 0;
+    if (ob->n_published) {
         const char *p[1] = {ob->published_ids.data};
-        st = exec_prepared(ob, ob->published_sparse ? "pb_publish_sparse" : "pb_publish", 1, p,
-                           ob->delete_on_publish ? PGRES_COMMAND_OK : PGRES_TUPLES_OK, err);
+        st = send_prepared(ob, ob->published_sparse ? "pb_publish_sparse" : "pb_publish", 1, p,
+                           err);
+        ob->settle_queued++;
     }
-    if (st == PB_OK && counts->retried) {
+    if (st == PB_OK && ob->n_retried) {
         const char *p[3] = {ob->retry_ids.data, ob->retry_errors.data, ob->retry_delays.data};
-        st = exec_prepared(ob, "pb_retry", 3, p, PGRES_COMMAND_OK, err);
+        st = send_prepared(ob, "pb_retry", 3, p, err);
+        ob->settle_queued++;
     }
-    if (st == PB_OK && counts->dead) {
+    if (st == PB_OK && ob->n_dead) {
         const char *p[2] = {ob->dead_ids.data, ob->dead_reasons.data};
-        st = exec_prepared(ob, "pb_dead", 2, p, PGRES_COMMAND_OK, err);
+        st = send_prepared(ob, "pb_dead", 2, p, err);
+        ob->settle_queued++;
     }
-    if (st == PB_OK)
-        st = pb_pg_exec(ob->conn, "COMMIT", err);
-    else
-        pb_outbox_rollback(ob);
-    clear_batch(ob);
     return st;
 }
 
-void pb_outbox_rollback(pb_outbox_t *ob)
+pb_status_t pb_outbox_read_settle(pb_outbox_t *ob, pb_error_t *err)
 {
-    if (PQstatus(ob->conn) == CONNECTION_OK)
-        PQclear(PQexec(ob->conn, "ROLLBACK"));
-    clear_batch(ob);
+    pb_status_t st = PB_OK;
+    if (ob->n_published)
+        st = pb_pg_read_result(ob->conn, ob->delete_on_publish ? PGRES_COMMAND_OK : PGRES_TUPLES_OK,
+                         "mark published", NULL, err);
+    if (st == PB_OK && ob->n_retried)
+        st = pb_pg_read_result(ob->conn, PGRES_COMMAND_OK, "record failed publishes", NULL, err);
+    if (st == PB_OK && ob->n_dead)
+        st = pb_pg_read_result(ob->conn, PGRES_COMMAND_OK, "move events to dead_letters", NULL, err);
+    ob->settle_queued = 0;
+    ob->n_published = ob->n_retried = ob->n_dead = 0;
+    return st;
+}
+
+/* Returns the rows moved now and those moved before (replayed after a restart); only rows this
+ * session cannot see yet are missing. */
+static const char mark_relayed_sql[] =
+    "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_RANGES("o"))
+    "SELECT id FROM kept UNION ALL "
+    "SELECT p.id FROM postbox.outbox_published p WHERE " PB_OUTBOX_IDS_IN_RANGES("p");
+static const char mark_relayed_sparse_sql[] =
+    "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_ARRAY("o"))
+    "SELECT id FROM kept UNION ALL "
+    "SELECT p.id FROM postbox.outbox_published p WHERE " PB_OUTBOX_IDS_IN_ARRAY("p");
+
+pb_status_t pb_outbox_send_mark_relayed(PGconn *conn, int64_t *ids, size_t n, pb_buf_t *literal,
+                                        pb_error_t *err)
+{
+    bool sparse = pb_outbox_ids_literal(ids, n, literal);
+    const char *params[1] = {literal->data};
+    if (PQsendQueryParams(conn, sparse ? mark_relayed_sparse_sql : mark_relayed_sql, 1, NULL,
+                          params, NULL, NULL, 0) != 1)
+        return pb_fail(err, PB_TRANSIENT, "mark published: %s", PQerrorMessage(conn));
+    return PB_OK;
 }
 
 pb_status_t pb_outbox_pending(pb_outbox_t *ob, int64_t *count, pb_error_t *err)

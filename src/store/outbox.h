@@ -1,10 +1,9 @@
 /* The relay's side of postbox.outbox: claim a batch of due events, settle their outcomes.
  *
- * One batch is one transaction: pb_outbox_claim opens it and reads the rows (without row locks:
- * the caller owns their shards and names its batches in flight), pb_outbox_settle writes every
- * outcome with one set-based statement per kind and commits. If anything fails in between, the
- * transaction is rolled back (or dies with the connection) and the rows are simply claimed
- * again: at least once, never lost. */
+ * A claim reads a batch of rows (without row locks: the caller owns their shards and names its
+ * batch in flight); the settle writes every outcome with one set-based statement per kind, in
+ * one transaction. A batch whose settle never ran or failed is simply claimed again: at least
+ * once, never lost. */
 #ifndef PB_STORE_OUTBOX_H
 #define PB_STORE_OUTBOX_H
 
@@ -42,8 +41,6 @@
     "  SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "       \
     "         destination, created_at, now(), attempts, last_error FROM moved RETURNING id) "
 
-/* The shard of an outbox row (alias a) for relay.shards = n: this expression % n. */
-#define PB_OUTBOX_SHARD_SQL(a) "(hashtext(" a ".aggregate_type || '/' || " a ".aggregate_id) & 2147483647)"
 
 typedef struct pb_outbox {
     PGconn *conn;           /* borrowed */
@@ -51,16 +48,17 @@ typedef struct pb_outbox {
     PGresult *batch;        /* rows of the claimed batch; events[] point into it */
     pb_event_t *events;
     size_t n_events;
-    size_t n_parked;        /* claimed rows set aside instead (behind a waiting event), in
-                             * events[n_events .. n_events + n_parked) */
+    size_t n_parked;        /* claimed rows the claim set aside (behind a waiting event) */
     size_t cap_events;
     /* literals for the settle statements, reused from batch to batch: the published ids from
      * pb_outbox_ids_literal (published_sparse: an array, else a multirange), the others arrays */
     int64_t *published;     /* the published ids (room for cap_published) */
     size_t cap_published;
     bool published_sparse;
+    size_t n_published, n_retried, n_dead; /* what the literals built hold */
+    int settle_queued;      /* statements pb_outbox_send_settle queued (0: none, no sync) */
     pb_buf_t published_ids, retry_ids, retry_errors, retry_delays, dead_ids, dead_reasons;
-    pb_buf_t park_ids, park_until; /* the claim's rows to set aside, and until when */
+    char limit_text[16], shards_text[16];
 } pb_outbox_t;
 
 /* What settle needs to know about one failed event besides its outcome. */
@@ -84,19 +82,41 @@ void pb_outbox_free(pb_outbox_t *ob);
 /* Prepares the statements; call after every (re)connect. */
 pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err) PB_MUSTCHECK;
 
-/* Wakes up to limit waiting events whose retry time has come (committed at once), then BEGIN
- * and claims the next limit events in id order that do not wait for a retry and whose ids are
- * not in in_flight (a multirange literal from pb_outbox_id_ranges: the caller's other batches
- * not yet settled, which the claim must not take twice); with shards > 1 only events of the
- * shards listed in owned (an int[] literal such as "{0,3}"). Claimed events
- * behind an earlier waiting event of their aggregate are parked (set waiting, n_parked) instead
- * of returned for publishing; they follow the batch in ob->events, because until the
- * transaction ends other sessions see them as not waiting: the caller names them in flight too.
- * ob->events / n_events hold the batch (possibly empty: the transaction is then still open;
- * settle or rollback ends it and commits the parking). The work is bounded by limit, not by the
- * number of pending or waiting events. Refused on a connection with a transaction open. */
-pb_status_t pb_outbox_claim(pb_outbox_t *ob, int limit, int shards, const char *owned,
-                            const char *in_flight, pb_error_t *err) PB_MUSTCHECK;
+/* The relay's statements run in libpq pipeline mode on one connection (PQenterPipelineMode),
+ * so that the settle of one batch and the claim of the next travel in one round trip while the
+ * broker confirms the batch between them. Each send queues its statements; the caller frames
+ * them in transactions and sync points (store/pg.h); the matching read, called in the same
+ * order, takes their results. No row is locked by a claim.
+ *
+ * pb_outbox_send_claim queues the wake of up to limit waiting events whose retry time has come
+ * (no UPDATE runs when none is due), then the claim of the next limit events in id order that do not wait for a retry and whose ids
+ * are not in in_flight (a multirange literal from pb_outbox_id_ranges: the caller's batch still
+ * being published); with shards > 1 only events of the shards listed in owned (an int[] literal
+ * such as "{0,3}"). Claimed events behind an earlier waiting event of their aggregate are parked
+ * by the claim itself (they wait too, until the same time) instead of returned. The work is
+ * bounded by limit, not by the number of pending or waiting events. */
+pb_status_t pb_outbox_send_claim(pb_outbox_t *ob, int limit, int shards, const char *owned,
+                                 const char *in_flight, pb_error_t *err) PB_MUSTCHECK;
+
+/* Reads what pb_outbox_send_claim queued: ob->events / n_events hold the batch (possibly empty),
+ * n_parked counts the events it set aside. */
+pb_status_t pb_outbox_read_claim(pb_outbox_t *ob, pb_error_t *err) PB_MUSTCHECK;
+
+/* Creates the index that bounds a claim of some shards for relay.shards = shards (and drops
+ * those of other counts), outside pipeline mode and any transaction (`postbox init`). It is
+ * built concurrently, so it waits for the transactions open in the database. */
+pb_status_t pb_outbox_ensure_shard_index(PGconn *conn, int shards, pb_error_t *err) PB_MUSTCHECK;
+
+/* Queues the statements that write the outcomes pb_outbox_build_arrays put into ob (published
+ * rows moved or deleted, retries, dead letters), to run in one transaction. Nothing is queued
+ * when there is nothing to write; pb_outbox_read_settle then reads nothing. */
+pb_status_t pb_outbox_send_settle(pb_outbox_t *ob, pb_error_t *err) PB_MUSTCHECK;
+
+/* Reads what pb_outbox_send_settle queued. */
+pb_status_t pb_outbox_read_settle(pb_outbox_t *ob, pb_error_t *err) PB_MUSTCHECK;
+
+/* Frees the claimed rows (after pb_outbox_build_arrays, which copies what settle needs). */
+void pb_outbox_release_batch(pb_outbox_t *ob);
 
 /* Writes the int8multirange literal of the ids given (sorted in place), one range per run of
  * consecutive ids: "{[1,1000],[1500,1500]}"; "{}" when n is 0. A run that ends at INT64_MAX is
@@ -110,18 +130,17 @@ void pb_outbox_id_ranges(int64_t *ids, size_t n, pb_buf_t *out);
  * shards, marks retried beside new ones), or reach INT64_MAX, which a range cannot bound. */
 bool pb_outbox_ids_literal(int64_t *ids, size_t n, pb_buf_t *out);
 
-/* Writes results (published, retried with plan delay, dead-lettered) and COMMITs. */
-pb_status_t pb_outbox_settle(pb_outbox_t *ob, const pb_result_t *results,
-                             const pb_settle_plan_t *plans, pb_settle_counts_t *counts,
-                             pb_error_t *err) PB_MUSTCHECK;
-
-/* Ends the open transaction without changes (ignores errors: the connection may be gone). */
-void pb_outbox_rollback(pb_outbox_t *ob);
+/* cdc: sends (without waiting; the caller reads the result with PQgetResult) the statement that
+ * moves the relayed rows ids[0..n) (sorted in place; literal is scratch) to the history and
+ * returns, as rows of one bigint column, the ids among them that are in the history now. */
+pb_status_t pb_outbox_send_mark_relayed(PGconn *conn, int64_t *ids, size_t n, pb_buf_t *literal,
+                                        pb_error_t *err) PB_MUSTCHECK;
 
 /* Rows still pending (published_at IS NULL), due or not. */
 pb_status_t pb_outbox_pending(pb_outbox_t *ob, int64_t *count, pb_error_t *err) PB_MUSTCHECK;
 
-/* Builds the array literals for settle; exposed for the unit tests. */
+/* Builds the literals for pb_outbox_send_settle from the batch's events and their outcomes
+ * (copied: results and plans may be reused afterwards). */
 void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
                             const pb_settle_plan_t *plans, pb_settle_counts_t *counts);
 

@@ -129,3 +129,51 @@ void pb_pg_describe(PGconn *conn, char *out, size_t outsz)
     const char *host = PQhost(conn);
     snprintf(out, outsz, "%s:%s/%s", host && *host ? host : "(socket)", PQport(conn), PQdb(conn));
 }
+
+pb_status_t pb_pg_send(PGconn *conn, const char *sql, pb_error_t *err)
+{
+    if (PQsendQueryParams(conn, sql, 0, NULL, NULL, NULL, NULL, 0) != 1)
+        return pb_fail(err, PB_TRANSIENT, "%s: %s", sql, PQerrorMessage(conn));
+    return PB_OK;
+}
+
+pb_status_t pb_pg_send_sync(PGconn *conn, pb_error_t *err)
+{
+    if (PQpipelineSync(conn) != 1)
+        return pb_fail(err, PB_TRANSIENT, "pipeline sync: %s", PQerrorMessage(conn));
+    return PB_OK;
+}
+
+pb_status_t pb_pg_read_result(PGconn *conn, ExecStatusType expect, const char *what,
+                              PGresult **out, pb_error_t *err)
+{
+    PGresult *res = PQgetResult(conn);
+    if (res && PQresultStatus(res) == PGRES_PIPELINE_ABORTED) {
+        PQclear(res);
+        return pb_fail(err, PB_TRANSIENT, "%s: not run (an earlier statement failed)", what);
+    }
+    pb_status_t st = pb_pg_check(conn, res, expect, what, err);
+    if (st != PB_OK)
+        return st;
+    PGresult *end = PQgetResult(conn);
+    if (end) {
+        PQclear(end);
+        PQclear(res);
+        return pb_fail(err, PB_FATAL, "%s: more results than one statement gives", what);
+    }
+    if (out)
+        *out = res;
+    else
+        PQclear(res);
+    return PB_OK;
+}
+
+pb_status_t pb_pg_read_sync(PGconn *conn, pb_error_t *err)
+{
+    PGresult *res = PQgetResult(conn);
+    if (res && PQresultStatus(res) == PGRES_PIPELINE_SYNC) {
+        PQclear(res);
+        return PB_OK;
+    }
+    return pb_pg_check(conn, res, PGRES_PIPELINE_SYNC, "pipeline sync", err);
+}

@@ -33,6 +33,16 @@ pb_status_t pb_pg_check(PGconn *conn, PGresult *res, ExecStatusType expected, co
 /* Runs a command without parameters or result rows ("BEGIN", "COMMIT", ...). */
 pb_status_t pb_pg_exec(PGconn *conn, const char *sql, pb_error_t *err) PB_MUSTCHECK;
 
+/* Pipeline mode (PQenterPipelineMode): queues a statement without parameters, queues a sync
+ * point, reads the result of one queued statement (status expect; *out gets it when out is not
+ * NULL, else it is cleared), reads a sync point. A statement skipped because an earlier one
+ * of its transaction failed is PB_TRANSIENT. */
+pb_status_t pb_pg_send(PGconn *conn, const char *sql, pb_error_t *err) PB_MUSTCHECK;
+pb_status_t pb_pg_send_sync(PGconn *conn, pb_error_t *err) PB_MUSTCHECK;
+pb_status_t pb_pg_read_result(PGconn *conn, ExecStatusType expect, const char *what,
+                              PGresult **out, pb_error_t *err) PB_MUSTCHECK;
+pb_status_t pb_pg_read_sync(PGconn *conn, pb_error_t *err) PB_MUSTCHECK;
+
 /* host:port/dbname of a connection, for log lines (no secrets). */
 void pb_pg_describe(PGconn *conn, char *out, size_t outsz);
 

@@ -1,0 +1,675 @@
+/* The cdc capture: events from the logical replication stream (cdc/stream.h, pgoutput) instead
+ * of a polling query. Batches are cut from the stream; only when every event of a transaction is
+ * confirmed by the broker (or dead-lettered) and its outbox rows are marked published is the
+ * transaction's end LSN confirmed to PostgreSQL. A crash anywhere replays from the last
+ * confirmed position: duplicates are possible, losses are not.
+ *
+ * The stream cannot leave a failed event behind: the driver retries it in place (blocking the
+ * stream) until it is published or dead-lettered, so per-aggregate order holds for everything
+ * after a failure. While the broker acknowledges a batch, the next one is decoded from what the
+ * stream already holds. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cdc/events.h"
+#include "cdc/pgoutput.h"
+#include "cdc/stream.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/str.h"
+#include "metrics/metrics.h"
+#include "relay/capture.h"
+#include "store/dead_letters.h"
+#include "store/outbox.h"
+#include "store/pg.h"
+
+#define FAC "relay.cdc"
+#define IDLE_TICK_MS 1000
+#define DRAIN_PREFIX "postbox-drain"
+#define COMMIT_WAIT_MS 20
+#define FILL_WINDOW_MS 2
+/* The window is for a backlog: it opens only when the batch's first event was already waiting
+ * (arrived within this many ms of the start of the fill). At a low rate the relay waits for
+ * every event, and a window would only add to each event's latency. */
+#define FILL_BACKLOG_MS 1
+
+/* A relayed outbox row to be marked published. A row can come through the stream a moment
+ * before its transaction is visible to other sessions (the commit record is flushed first), so
+ * a mark that finds nothing is tried again with the next batches. */
+typedef struct mark {
+    int64_t id;
+    int tries;
+} mark_t;
+
+#define MARK_TRIES 200
+/* Publishing waits for the mark in flight only when more than this many batches' rows wait for
+ * the next one: the marks follow the stream at their own pace, in larger statements. */
+#define MARK_QUEUE_BATCHES 8
+
+/* Events cut from the stream, with what the sink needs of them. */
+typedef struct cdc_batch {
+    pb_cdc_event_t *items;
+    pb_event_t *events; /* flat copies for the driver and the sink */
+    size_t n, cap;
+} cdc_batch_t;
+
+typedef struct cdc_capture {
+    pb_capture_t base;
+    PGconn *conn; /* ordinary connection: marks, dead letters, lag */
+    pb_cdc_stream_t stream;
+    bool streaming;
+    bool said_standby;
+    pb_pgo_decoder_t dec;
+    pb_cdc_outbox_map_t map;
+    bool have_map;
+    /* the batch being cut from the stream or with the driver (b), and the next one, read ahead
+     * while the broker acknowledges b */
+    cdc_batch_t bufs[2];
+    cdc_batch_t *b;
+    bool b_out;           /* b is with the driver until settle */
+    uint64_t b_lsn;       /* what b covers up to its last complete transaction */
+    pb_status_t ahead_st; /* an error of the read-ahead, for the next batch to return */
+    pb_error_t ahead_err;
+    bool in_txn;
+    uint64_t last_commit_end; /* end LSN of the last Commit read */
+    bool drain_marker_sent, drain_marker_seen;
+    pb_buf_t ids;
+    /* Marking relayed rows published runs asynchronously on conn while the next batches are
+     * published; a batch's LSN is confirmed once its rows are marked. */
+    bool mark_in_flight;
+    uint64_t mark_lsn;   /* confirmed when the mark in flight is done */
+    uint64_t queued_lsn; /* covers the rows queued after the mark in flight was sent (0: none) */
+    mark_t *marks; /* the first n_sent: in the mark in flight; then the ones still to send */
+    size_t n_marks, n_sent, cap_marks;
+    int64_t *mark_ids; /* room for cap_marks ids */
+    /* dead letters of a batch, for one statement */
+    const pb_event_t **dead_events;
+    int *dead_attempts;
+    const char **dead_reasons;
+    size_t cap_dead;
+    int64_t lag_at;
+} cdc_capture_t;
+
+static const pb_capture_ops_t cdc_ops;
+
+static pb_status_t finish_mark(cdc_capture_t *r, bool wait, pb_error_t *err);
+
+static void clear_buf(cdc_batch_t *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        pb_cdc_event_free(&b->items[i]);
+    b->n = 0;
+}
+
+static void clear_batch(cdc_capture_t *r)
+{
+    clear_buf(r->b);
+}
+
+/* The other buffer, holding what was read ahead. */
+static cdc_batch_t *next_buf(cdc_capture_t *r)
+{
+    return r->b == &r->bufs[0] ? &r->bufs[1] : &r->bufs[0];
+}
+
+static void close_stream(cdc_capture_t *r)
+{
+    if (r->streaming)
+        pb_cdc_stream_close(&r->stream);
+    r->streaming = false;
+    pb_pgo_decoder_free(&r->dec);
+    pb_pgo_decoder_init(&r->dec);
+    r->have_map = false;
+    r->in_txn = false;
+    r->b_out = false;
+    /* everything unconfirmed is sent again by the server */
+    clear_buf(&r->bufs[0]);
+    clear_buf(&r->bufs[1]);
+    r->ahead_st = PB_OK;
+}
+
+static void drop_conn(cdc_capture_t *r)
+{
+    PQfinish(r->conn);
+    r->conn = NULL;
+    r->mark_in_flight = false; /* unconfirmed: the stream replays it, and marks it again */
+    r->n_sent = 0;
+}
+
+static pb_status_t exec(cdc_capture_t *r, const char *sql, pb_error_t *err)
+{
+    return pb_pg_exec(r->conn, sql, err);
+}
+
+static pb_status_t connect_conn(cdc_capture_t *r, pb_error_t *err)
+{
+    pb_status_t st = pb_pg_connect_retry(r->base.cfg->postgres_dsn, r->base.cfg->relay_reconnect_cap,
+                                         r->base.stop, &r->conn, err);
+    if (st != PB_OK)
+        return st;
+    /* the trigger that keeps the outbox empty follows the configuration */
+    st = r->base.cfg->cdc_delete_after_insert
+             ? exec(r, "CREATE OR REPLACE TRIGGER outbox_cdc_delete AFTER INSERT ON postbox.outbox "
+                       "FOR EACH ROW EXECUTE FUNCTION postbox.delete_inserted_row()", err)
+             : exec(r, "SET client_min_messages = warning; "
+                       "DROP TRIGGER IF EXISTS outbox_cdc_delete ON postbox.outbox", err);
+    if (st != PB_OK) {
+        if (st == PB_FATAL && pb_error_schema_missing(err))
+            pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
+        drop_conn(r);
+    }
+    return st;
+}
+
+static pb_status_t open_stream(cdc_capture_t *r, pb_error_t *err)
+{
+    pb_status_t st = pb_cdc_stream_open(&r->stream, r->base.cfg, err);
+    if (st == PB_OK) {
+        r->streaming = true;
+        r->said_standby = false;
+        return PB_OK;
+    }
+    if (r->stream.in_use_elsewhere) {
+        if (!r->said_standby)
+            log_info(FAC, "slot \"%s\" is streamed by another relay; standing by", r->base.cfg->cdc_slot);
+        r->said_standby = true;
+        pb_nap(r->base.stop, r->base.cfg->relay_poll_interval);
+        return PB_TRANSIENT;
+    }
+    if (st == PB_TRANSIENT) {
+        log_warn(FAC, "waiting for the replication stream: %s", err->msg);
+        pb_nap(r->base.stop, 1000);
+    }
+    return st;
+}
+
+static void append(cdc_capture_t *r, pb_cdc_event_t *e)
+{
+    if (r->b->n == r->b->cap) {
+        r->b->cap = r->b->cap ? r->b->cap * 2 : 256;
+        r->b->items = pb_realloc(r->b->items, r->b->cap * sizeof *r->b->items);
+        r->b->events = pb_realloc(r->b->events, r->b->cap * sizeof *r->b->events);
+    }
+    r->b->items[r->b->n] = *e;
+    r->b->n++;
+}
+
+/* Feeds one decoded message into the batch. */
+static pb_status_t on_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_error_t *err)
+{
+    pb_cdc_event_t e;
+    pb_status_t st;
+    switch (m->kind) {
+    case PB_PGO_BEGIN:
+        r->in_txn = true;
+        return PB_OK;
+    case PB_PGO_COMMIT:
+        r->in_txn = false;
+        r->last_commit_end = m->u.commit.end_lsn;
+        return PB_OK;
+    case PB_PGO_RELATION: {
+        const pb_pgo_relation_t *rel = pb_pgo_relation_lookup(&r->dec, m->u.relation.relid);
+        if (!rel || strcmp(rel->nspname, "postbox") != 0 || strcmp(rel->relname, "outbox") != 0)
+            return PB_OK;
+        if ((st = pb_cdc_outbox_map(rel, &r->map, err)) != PB_OK)
+            return st;
+        r->have_map = true;
+        log_debug(FAC, "postbox.outbox described: %u columns", rel->ncols);
+        return PB_OK;
+    }
+    case PB_PGO_INSERT:
+        if (!r->have_map || m->u.insert.relid != r->map.relid)
+            return PB_OK;
+        if ((st = pb_cdc_event_from_insert(&r->map, m, &e, err)) != PB_OK)
+            return st;
+        append(r, &e);
+        return PB_OK;
+    case PB_PGO_MESSAGE:
+        if (strcmp(m->u.message.prefix, DRAIN_PREFIX) == 0) {
+            r->drain_marker_seen = r->drain_marker_sent;
+            return PB_OK;
+        }
+        if (strcmp(m->u.message.prefix, r->base.cfg->cdc_message_prefix) != 0)
+            return PB_OK;
+        if (!m->u.message.transactional) {
+            log_warn(FAC, "ignoring a non-transactional \"%s\" message: it is not tied to a "
+                          "commit (use postbox.emit)", m->u.message.prefix);
+            return PB_OK;
+        }
+        if (pb_cdc_event_from_message(m->u.message.content, m->u.message.len, &e, err) != PB_OK) {
+            log_warn(FAC, "skipping a malformed \"%s\" message: %s", m->u.message.prefix, err->msg);
+            return PB_OK;
+        }
+        append(r, &e);
+        return PB_OK;
+    default:
+        return PB_OK;
+    }
+}
+
+/* Reads from the stream into the batch: waits up to wait_ms for the first message, then takes
+ * what is already there without waiting, up to the batch size. ahead: takes only what is
+ * already there (the read-ahead while the broker acknowledges the batch before). A batch that
+ * holds read-ahead events already is a backlog: no long wait, the short window only. */
+static pb_status_t fill(cdc_capture_t *r, int64_t wait_ms, bool ahead, pb_error_t *err)
+{
+    size_t limit = (size_t)r->base.cfg->relay_batch_size;
+    int64_t started = pb_monotonic_ms();
+    int64_t timeout = ahead ? 0 : r->b->n > 0 ? FILL_WINDOW_MS : wait_ms;
+    bool waited_for_commit = ahead; /* the read-ahead never waits */
+    /* set by the first event: how long more may join its batch */
+    int64_t window_end = ahead ? started : r->b->n > 0 ? started + FILL_WINDOW_MS : 0;
+    while (r->b->n < limit && !*r->base.stop) {
+        const char *data;
+        size_t len;
+        pb_status_t st = pb_cdc_stream_read(&r->stream, timeout, &data, &len, err);
+        if (st != PB_OK)
+            return st;
+        if (len == 0) {
+            /* half a transaction in hand: its rest is on the way, and cutting the batch here
+             * would cost a broker round trip for a handful of events */
+            if (r->in_txn && !waited_for_commit && r->b->n > 0) {
+                waited_for_commit = true;
+                timeout = COMMIT_WAIT_MS;
+                continue;
+            }
+            return PB_OK;
+        }
+        pb_pgo_msg_t m;
+        /* a message the decoder cannot read: reconnect and read it again (the stream replays it) */
+        if (pb_pgo_decode(&r->dec, data, len, &m, err) != PB_OK)
+            return pb_fail(err, PB_TRANSIENT, "%s", err->msg);
+        if ((st = on_message(r, &m, err)) != PB_OK)
+            return st;
+        /* a short window lets a backlog arriving in bursts fill the batch: fewer broker round
+         * trips for a few milliseconds of latency at most */
+        int64_t now = pb_monotonic_ms();
+        if (r->b->n > 0 && window_end == 0)
+            window_end = now - started <= FILL_BACKLOG_MS ? now + FILL_WINDOW_MS : now;
+        timeout = window_end - now;
+        if (timeout < 0)
+            timeout = 0;
+    }
+    return PB_OK;
+}
+
+/* While the broker acknowledges the batch: decodes what the stream already holds into the other
+ * buffer, which the next step makes current. */
+static void read_ahead(cdc_capture_t *r)
+{
+    if (r->ahead_st != PB_OK)
+        return;
+    cdc_batch_t *cur = r->b;
+    r->b = next_buf(r);
+    r->ahead_st = fill(r, 0, true, &r->ahead_err);
+    r->b = cur;
+}
+
+static void add_mark(cdc_capture_t *r, int64_t id, int tries)
+{
+    if (r->n_marks == r->cap_marks) {
+        r->cap_marks = r->cap_marks ? r->cap_marks * 2 : 1024;
+        r->marks = pb_realloc(r->marks, r->cap_marks * sizeof *r->marks);
+        r->mark_ids = pb_realloc(r->mark_ids, r->cap_marks * sizeof *r->mark_ids);
+    }
+    r->marks[r->n_marks++] = (mark_t){id, tries};
+}
+
+static int compare_ids(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Collects the result of the mark in flight (without wait: only if it is done), keeps the rows
+ * it did not find for another try, and confirms the LSN it covered. */
+static pb_status_t finish_mark(cdc_capture_t *r, bool wait, pb_error_t *err)
+{
+    if (!r->mark_in_flight)
+        return PB_OK;
+    if (!wait) {
+        if (PQconsumeInput(r->conn) != 1)
+            return pb_fail(err, PB_TRANSIENT, "mark published: %s", PQerrorMessage(r->conn));
+        if (PQisBusy(r->conn))
+            return PB_OK; /* still running: publishing goes on meanwhile */
+    }
+    r->mark_in_flight = false;
+    PGresult *res = PQgetResult(r->conn);
+    pb_status_t st = pb_pg_check(r->conn, res, PGRES_TUPLES_OK, "mark published", err);
+    for (PGresult *extra; (extra = PQgetResult(r->conn)) != NULL;)
+        PQclear(extra);
+    if (st != PB_OK)
+        return st;
+    size_t n_found = (size_t)PQntuples(res);
+    int64_t *found = pb_malloc((n_found ? n_found : 1) * sizeof *found);
+    for (size_t i = 0; i < n_found; i++)
+        found[i] = strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
+    PQclear(res);
+    qsort(found, n_found, sizeof *found, compare_ids);
+    size_t kept = 0;
+    for (size_t i = 0; i < r->n_marks; i++) {
+        mark_t m = r->marks[i];
+        if (i < r->n_sent) {
+            if (bsearch(&m.id, found, n_found, sizeof *found, compare_ids))
+                continue;
+            if (++m.tries >= MARK_TRIES) {
+                log_warn(FAC, "outbox row %lld was relayed but could not be marked published "
+                              "(not visible after %d tries); it stays pending",
+                         (long long)m.id, m.tries);
+                continue;
+            }
+        }
+        r->marks[kept++] = m;
+    }
+    r->n_marks = kept;
+    r->n_sent = 0;
+    free(found);
+    return r->streaming ? pb_cdc_stream_confirm(&r->stream, r->mark_lsn, err) : PB_OK;
+}
+
+/* Queues the outbox rows of the batch just published, to be marked (a dead letter took its row
+ * with it). */
+static void queue_marks(cdc_capture_t *r, const pb_result_t *results)
+{
+    if (r->base.cfg->cdc_mark_published && !r->base.cfg->cdc_delete_after_insert)
+        for (size_t i = 0; i < r->b->n; i++)
+            if (r->b->events[i].id > 0 && results[i].outcome == PB_OUT_PUBLISHED)
+                add_mark(r, r->b->events[i].id, 0);
+}
+
+/* Sends every queued row in one mark unless one is in flight (then lsn waits with them), or,
+ * with nothing to mark, confirms lsn at once. */
+static pb_status_t send_mark(cdc_capture_t *r, uint64_t lsn, pb_error_t *err)
+{
+    if (r->mark_in_flight) {
+        if (lsn > r->queued_lsn)
+            r->queued_lsn = lsn;
+        return PB_OK;
+    }
+    if (r->queued_lsn > lsn)
+        lsn = r->queued_lsn;
+    r->queued_lsn = 0;
+    if (r->n_marks == 0)
+        return pb_cdc_stream_confirm(&r->stream, lsn, err);
+    for (size_t i = 0; i < r->n_marks; i++)
+        r->mark_ids[i] = r->marks[i].id;
+    pb_status_t st = pb_outbox_send_mark_relayed(r->conn, r->mark_ids, r->n_marks, &r->ids, err);
+    if (st != PB_OK)
+        return st;
+    r->mark_in_flight = true;
+    r->n_sent = r->n_marks;
+    r->mark_lsn = lsn;
+    return PB_OK;
+}
+
+/* Writes every mark still queued or in flight, waiting for them. */
+static pb_status_t flush_marks(cdc_capture_t *r, pb_error_t *err)
+{
+    pb_status_t st = finish_mark(r, true, err);
+    if (st == PB_OK && (r->n_marks || r->queued_lsn)) {
+        st = send_mark(r, r->stream.confirmed_lsn, err);
+        if (st == PB_OK)
+            st = finish_mark(r, true, err);
+    }
+    return st;
+}
+
+/* Logs and exports the slot's lag every cdc.lag_interval. A failed query is logged, not
+ * fatal: the lag is for operators, the stream goes on. */
+static pb_status_t measure_lag(cdc_capture_t *r, pb_error_t *err)
+{
+    int64_t now = pb_monotonic_ms();
+    if (now - r->lag_at < r->base.cfg->cdc_lag_interval)
+        return PB_OK;
+    /* the connection serves one statement at a time */
+    pb_status_t st = finish_mark(r, true, err);
+    if (st != PB_OK)
+        return st;
+    r->lag_at = now;
+    const char *params[1] = {r->base.cfg->cdc_slot};
+    PGresult *res = PQexecParams(r->conn,
+                                 "SELECT pg_current_wal_lsn() - confirmed_flush_lsn "
+                                 "FROM pg_replication_slots WHERE slot_name = $1",
+                                 1, NULL, params, NULL, NULL, 0);
+    pb_error_t why;
+    st = pb_pg_check(r->conn, res, PGRES_TUPLES_OK, "measure the slot lag", &why);
+    if (st != PB_OK) {
+        log_warn(FAC, "%s", why.msg);
+        return st == PB_TRANSIENT ? pb_fail(err, st, "%s", why.msg) : PB_OK;
+    }
+    if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
+        log_info(FAC, "slot \"%s\" lag: %s bytes behind the current WAL position",
+                 r->base.cfg->cdc_slot, PQgetvalue(res, 0, 0));
+        pb_metrics_set_slot_lag(r->base.cfg->cdc_slot, strtoll(PQgetvalue(res, 0, 0), NULL, 10));
+    } else {
+        log_warn(FAC, "slot \"%s\" not found while measuring its lag", r->base.cfg->cdc_slot);
+    }
+    PQclear(res);
+    return PB_OK;
+}
+
+/* --drain: writes a marker into the WAL; once the stream reaches it, everything committed
+ * before it has been relayed. A marker that cannot be written is an error, not a silent wait. */
+static pb_status_t cdc_drained(pb_capture_t *cap, bool *done, pb_error_t *err)
+{
+    cdc_capture_t *r = (cdc_capture_t *)cap;
+    *done = false;
+    if (r->mark_in_flight || r->n_marks || r->queued_lsn)
+        return PB_OK;
+    if (r->drain_marker_seen && !r->in_txn && r->b->n == 0 && next_buf(r)->n == 0) {
+        *done = true;
+        return PB_OK;
+    }
+    if (r->drain_marker_sent)
+        return PB_OK;
+    PGresult *res =
+        PQexec(r->conn, "SELECT pg_logical_emit_message(true, '" DRAIN_PREFIX "', '')");
+    pb_status_t st = pb_pg_check(r->conn, res, PGRES_TUPLES_OK, "write the drain marker", err);
+    if (st != PB_OK)
+        return st;
+    PQclear(res);
+    r->drain_marker_sent = true;
+    return PB_OK;
+}
+
+/* ---- the capture interface ----------------------------------------------------------------- */
+
+static bool cdc_connected(const pb_capture_t *cap)
+{
+    const cdc_capture_t *r = (const cdc_capture_t *)cap;
+    return r->conn && r->streaming;
+}
+
+static void cdc_disconnect(pb_capture_t *cap)
+{
+    cdc_capture_t *r = (cdc_capture_t *)cap;
+    close_stream(r);
+    pb_error_t ignored; /* the stream replays whatever this mark was for */
+    if (r->conn && r->mark_in_flight && finish_mark(r, true, &ignored) != PB_OK)
+        drop_conn(r);
+    if (r->conn && PQstatus(r->conn) != CONNECTION_OK)
+        drop_conn(r);
+}
+
+static pb_status_t cdc_connect(pb_capture_t *cap, pb_error_t *err)
+{
+    cdc_capture_t *r = (cdc_capture_t *)cap;
+    pb_status_t st;
+    if (!r->conn && (st = connect_conn(r, err)) != PB_OK)
+        return st;
+    if (!r->streaming && (st = open_stream(r, err)) != PB_OK)
+        return st;
+    return PB_OK;
+}
+
+static pb_status_t cdc_next(pb_capture_t *cap, pb_capture_batch_t *out, pb_error_t *err)
+{
+    cdc_capture_t *r = (cdc_capture_t *)cap;
+    PB_ASSERT(!r->b_out);
+    out->n = 0;
+    out->behind_unsettled = false;
+    if (r->ahead_st != PB_OK) { /* what the read-ahead ran into */
+        pb_status_t st = r->ahead_st;
+        *err = r->ahead_err;
+        r->ahead_st = PB_OK;
+        return st;
+    }
+    pb_status_t st = fill(r, IDLE_TICK_MS, false, err);
+    if (st != PB_OK)
+        return st;
+    if (r->b->n == 0) {
+        /* the marks catch up; rows that were not visible yet get another try */
+        if ((st = flush_marks(r, err)) != PB_OK)
+            return st;
+        /* nothing pending and between transactions: let the server forget what it has sent,
+         * or a quiet outbox on a busy database would hold WAL forever */
+        uint64_t safe = r->in_txn ? r->last_commit_end : r->stream.keepalive_end;
+        if (safe < r->last_commit_end)
+            safe = r->last_commit_end;
+        return pb_cdc_stream_confirm(&r->stream, safe, err);
+    }
+    r->b_lsn = r->last_commit_end; /* what the batch covers up to its last complete transaction */
+    for (size_t i = 0; i < r->b->n; i++)
+        r->b->events[i] = r->b->items[i].ev;
+    r->b_out = true;
+    out->events = r->b->events;
+    out->n = r->b->n;
+    return PB_OK;
+}
+
+static pb_status_t cdc_overlap(pb_capture_t *cap, pb_error_t *err)
+{
+    (void)err;
+    read_ahead((cdc_capture_t *)cap); /* errors wait for the next batch */
+    return PB_OK;
+}
+
+static void ensure_dead(cdc_capture_t *r, size_t n)
+{
+    if (n <= r->cap_dead)
+        return;
+    r->dead_events = pb_realloc(r->dead_events, n * sizeof *r->dead_events);
+    r->dead_attempts = pb_realloc(r->dead_attempts, n * sizeof *r->dead_attempts);
+    r->dead_reasons = pb_realloc(r->dead_reasons, n * sizeof *r->dead_reasons);
+    r->cap_dead = n;
+}
+
+static pb_status_t cdc_settle(pb_capture_t *cap, const pb_result_t *results,
+                              const pb_settle_plan_t *plans, pb_error_t *err)
+{
+    cdc_capture_t *r = (cdc_capture_t *)cap;
+    PB_ASSERT(r->b_out);
+    pb_status_t st;
+    size_t n_dead = 0;
+    ensure_dead(r, r->b->n);
+    for (size_t i = 0; i < r->b->n; i++) {
+        PB_ASSERT(results[i].outcome == PB_OUT_PUBLISHED || plans[i].dead);
+        if (!plans[i].dead)
+            continue;
+        r->dead_events[n_dead] = &r->b->events[i];
+        r->dead_attempts[n_dead] = r->b->events[i].attempts + 1;
+        r->dead_reasons[n_dead] = plans[i].reason;
+        n_dead++;
+    }
+    /* the dead letters are written before the LSN that covers them can be confirmed; the
+     * connection serves one statement at a time */
+    if (n_dead && ((st = finish_mark(r, true, err)) != PB_OK ||
+                   (st = pb_dead_letter_events(r->conn, r->dead_events, r->dead_attempts,
+                                               r->dead_reasons, n_dead, err)) != PB_OK))
+        return st;
+    /* earlier marks ran meanwhile: collect them if done (confirming their LSN), then queue or
+     * send this batch's; wait only when too many rows queue up behind a slow mark */
+    bool wait = r->n_marks - r->n_sent > MARK_QUEUE_BATCHES * (size_t)cap->cfg->relay_batch_size;
+    queue_marks(r, results);
+    if ((st = finish_mark(r, wait, err)) != PB_OK || (st = send_mark(r, r->b_lsn, err)) != PB_OK)
+        return st;
+    clear_batch(r);
+    r->b_out = false;
+    r->b = next_buf(r); /* what was read ahead */
+    /* the LSN is confirmed with the batch's marks (send_mark, finish_mark); until then a status
+     * update repeats the last confirmed position */
+    return pb_cdc_stream_confirm(&r->stream, r->stream.confirmed_lsn, err);
+}
+
+/* next waits for the stream by itself: only the broker needs a word while idle. */
+static pb_status_t cdc_wait(pb_capture_t *cap, pb_capture_tick_fn tick, void *arg,
+                            pb_error_t *err)
+{
+    (void)cap;
+    (void)err;
+    (void)tick(arg);
+    return PB_OK;
+}
+
+static pb_status_t cdc_keepalive(pb_capture_t *cap, pb_error_t *err)
+{
+    cdc_capture_t *r = (cdc_capture_t *)cap;
+    return pb_cdc_stream_confirm(&r->stream, r->stream.confirmed_lsn, err);
+}
+
+static pb_status_t cdc_tick(pb_capture_t *cap, pb_error_t *err)
+{
+    return measure_lag((cdc_capture_t *)cap, err);
+}
+
+/* Marks what was relayed, then lets go of the stream: everything unconfirmed is replayed. */
+static pb_status_t cdc_finish(pb_capture_t *cap, pb_error_t *err)
+{
+    cdc_capture_t *r = (cdc_capture_t *)cap;
+    pb_status_t st = PB_OK;
+    if (r->conn && r->streaming && !r->b_out)
+        st = flush_marks(r, err);
+    close_stream(r);
+    return st;
+}
+
+static void cdc_free(pb_capture_t *cap)
+{
+    cdc_capture_t *r = (cdc_capture_t *)cap;
+    if (!r)
+        return;
+    close_stream(r);
+    drop_conn(r);
+    pb_pgo_decoder_free(&r->dec);
+    for (int i = 0; i < 2; i++) {
+        free(r->bufs[i].items);
+        free(r->bufs[i].events);
+    }
+    free(r->marks);
+    free(r->mark_ids);
+    free(r->dead_events);
+    free(r->dead_attempts);
+    free(r->dead_reasons);
+    pb_buf_free(&r->ids);
+    free(r);
+}
+
+static const pb_capture_ops_t cdc_ops = {
+    .name = "cdc",
+    .retries_in_place = true,
+    .connect = cdc_connect,
+    .connected = cdc_connected,
+    .disconnect = cdc_disconnect,
+    .next = cdc_next,
+    .overlap = cdc_overlap,
+    .settle = cdc_settle,
+    .wait = cdc_wait,
+    .keepalive = cdc_keepalive,
+    .tick = cdc_tick,
+    .drained = cdc_drained,
+    .finish = cdc_finish,
+    .free = cdc_free,
+};
+
+pb_status_t pb_capture_cdc_new(const pb_config_t *cfg, volatile sig_atomic_t *stop,
+                               pb_capture_t **out, pb_error_t *err)
+{
+    (void)err;
+    cdc_capture_t *r = pb_malloc(sizeof *r);
+    memset(r, 0, sizeof *r);
+    r->base = (pb_capture_t){.ops = &cdc_ops, .cfg = cfg, .stop = stop};
+    r->b = &r->bufs[0];
+    pb_pgo_decoder_init(&r->dec);
+    *out = &r->base;
+    return PB_OK;
+}

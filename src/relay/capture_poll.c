@@ -1,0 +1,435 @@
+/* The poll capture: batches claimed from postbox.outbox (store/outbox.h) on one PostgreSQL
+ * connection, woken by LISTEN/NOTIFY.
+ *
+ * While the broker confirms batch k, the connection (in pipeline mode) carries, in one round
+ * trip, the settle of batch k-1 and the claim of batch k+1; their results are read once batch k
+ * is confirmed. The claim of k+1 names the ids of batch k, which it must not take again; its
+ * events are checked against batch k's failures by the driver (holdback.h). No transaction
+ * stays open while the broker works, no row is locked, and no thread is started: the database
+ * work hides behind the broker's confirm latency. A crash anywhere leaves unsettled rows
+ * pending, to be published again (at least once).
+ *
+ * Three batch records rotate: `settling` (outcomes built, to be written), `cur` (handed to the
+ * driver) and `ahead` (claimed while cur is published). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/select.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/str.h"
+#include "relay/capture.h"
+#include "relay/shards.h"
+#include "store/outbox.h"
+#include "store/pg.h"
+
+#define FAC "relay"
+#define NOTIFY_CHANNEL "postbox_outbox"
+#define IDLE_TICK_MS 1000
+
+typedef struct poll_capture {
+    pb_capture_t base;
+    PGconn *conn;
+    pb_outbox_t obs[3];
+    pb_outbox_t *settling, *cur, *ahead;
+    bool settle_pending; /* settling holds outcomes not yet sent */
+    bool txn_open;       /* a settle's transaction waits for the COMMIT of the next round trip */
+    bool queued;         /* a round trip is queued, its results not read yet: */
+    bool q_commit_before, q_settle, q_claim, q_commit_after; /* what it holds */
+    bool ahead_ready;    /* ahead holds a claimed batch */
+    bool cur_out;        /* cur is with the driver until settle */
+    pb_shards_t shards;  /* owned through advisory locks held by conn's session */
+    int64_t next_balance;
+    int64_t *in_flight_ids;
+    size_t cap_in_flight;
+    pb_buf_t in_flight; /* cur's ids, for the claim of ahead */
+} poll_capture_t;
+
+static const pb_capture_ops_t poll_ops;
+
+static void reset_batches(poll_capture_t *p)
+{
+    for (int i = 0; i < 3; i++)
+        pb_outbox_release_batch(&p->obs[i]);
+    p->settle_pending = p->txn_open = p->queued = p->ahead_ready = p->cur_out = false;
+}
+
+static void poll_disconnect(pb_capture_t *cap)
+{
+    poll_capture_t *p = (poll_capture_t *)cap;
+    reset_batches(p);
+    PQfinish(p->conn);
+    p->conn = NULL;
+    for (int i = 0; i < 3; i++)
+        p->obs[i].conn = NULL;
+    pb_shards_reset(&p->shards);
+}
+
+static bool poll_connected(const pb_capture_t *cap)
+{
+    return ((const poll_capture_t *)cap)->conn != NULL;
+}
+
+static pb_status_t balance_shards(poll_capture_t *p, bool may_release, bool *changed,
+                                  pb_error_t *err)
+{
+    PGconn *conns[1] = {p->conn};
+    return pb_shards_balance(&p->shards, conns, 1, may_release, changed, err);
+}
+
+static pb_status_t poll_connect(pb_capture_t *cap, pb_error_t *err)
+{
+    poll_capture_t *p = (poll_capture_t *)cap;
+    const pb_config_t *cfg = cap->cfg;
+    pb_status_t st = pb_pg_connect_retry(cfg->postgres_dsn, cfg->relay_reconnect_cap, cap->stop,
+                                         &p->conn, err);
+    if (st != PB_OK)
+        return st;
+    bool delete_on_publish = strcmp(cfg->relay_on_publish, "delete") == 0;
+    for (int i = 0; i < 3; i++) {
+        p->obs[i].conn = p->conn;
+        p->obs[i].delete_on_publish = delete_on_publish;
+    }
+    if ((st = pb_outbox_prepare(&p->obs[0], err)) == PB_FATAL && pb_error_schema_missing(err))
+        pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
+    /* a settle queued in the pipeline must not commit after this relay died: the server then
+     * notices the lost client within a second and rolls it back, as it would an open
+     * transaction (PostgreSQL 14) */
+    if (st == PB_OK)
+        st = pb_pg_exec(p->conn, "SET client_connection_check_interval = '1s'", err);
+    if (st == PB_OK)
+        st = pb_pg_exec(p->conn, "LISTEN " NOTIFY_CHANNEL, err);
+    if (st == PB_OK)
+        st = pb_shards_join(&p->shards, p->conn, err);
+
+    if (st != PB_OK) {
+        poll_disconnect(cap);
+        return st;
+    }
+    char where[256];
+    pb_pg_describe(p->conn, where, sizeof where);
+    /* Stand by until this instance owns a shard. */
+    bool said = false;
+    while (!*cap->stop) {
+        bool changed;
+        if ((st = balance_shards(p, true, &changed, err)) != PB_OK) {
+            poll_disconnect(cap);
+            return st;
+        }
+        if (pb_shards_usable(&p->shards)) {
+            p->next_balance = pb_monotonic_ms() + cfg->relay_poll_interval;
+            if (p->shards.n == 1) {
+                log_info(FAC, "relaying from postgresql %s", where);
+            } else {
+                char owned[256];
+                pb_shards_describe(&p->shards, owned, sizeof owned);
+                log_info(FAC, "relaying from postgresql %s: shards %s of %d", where, owned,
+                         p->shards.n);
+            }
+            return PB_OK;
+        }
+        if (!said)
+            log_info(FAC, "other relays own every shard of the outbox (or their last sessions "
+                          "are still ending); standing by");
+        said = true;
+        pb_nap(cap->stop, cfg->relay_poll_interval);
+    }
+    poll_disconnect(cap);
+    return pb_fail(err, PB_TRANSIENT, "interrupted while standing by");
+}
+
+static pb_status_t enter_pipeline(poll_capture_t *p, pb_error_t *err)
+{
+    if (PQpipelineStatus(p->conn) == PQ_PIPELINE_OFF && PQenterPipelineMode(p->conn) != 1)
+        return pb_fail(err, PB_TRANSIENT, "pipeline mode: %s", PQerrorMessage(p->conn));
+    return PB_OK;
+}
+
+static pb_status_t exit_pipeline(poll_capture_t *p, pb_error_t *err)
+{
+    if (PQpipelineStatus(p->conn) != PQ_PIPELINE_OFF && PQexitPipelineMode(p->conn) != 1)
+        return pb_fail(err, PB_TRANSIENT, "pipeline mode: %s", PQerrorMessage(p->conn));
+    return PB_OK;
+}
+
+/* Queues one round trip: the COMMIT of the settle left open by the round before, the settle of
+ * `settling` (in a transaction of its own), and unless in_flight is NULL the claim of `ahead`.
+ * The settle's transaction is committed in the same round trip when commit is set, else by the
+ * next one: a settle must not commit after its relay died, so it stays open until the relay
+ * speaks again (the server then rolls it back as soon as it notices the lost client). */
+static pb_status_t send_round(poll_capture_t *p, const char *in_flight, bool commit,
+                              pb_error_t *err)
+{
+    pb_status_t st;
+    if ((st = enter_pipeline(p, err)) != PB_OK)
+        return st;
+    p->q_commit_before = p->txn_open;
+    if (p->txn_open && (st = pb_pg_send(p->conn, "COMMIT", err)) != PB_OK)
+        return st;
+    p->txn_open = false;
+    p->q_settle = p->settle_pending;
+    if (p->q_settle && ((st = pb_pg_send(p->conn, "BEGIN", err)) != PB_OK ||
+                        (st = pb_outbox_send_settle(p->settling, err)) != PB_OK))
+        return st;
+    p->q_claim = in_flight != NULL;
+    if (p->q_claim && (st = pb_outbox_send_claim(p->ahead, (int)p->base.cfg->relay_batch_size,
+                                                 p->shards.n, p->shards.owned_sql.data,
+                                                 in_flight, err)) != PB_OK)
+        return st;
+    p->q_commit_after = p->q_settle && commit;
+    if (p->q_commit_after && (st = pb_pg_send(p->conn, "COMMIT", err)) != PB_OK)
+        return st;
+    p->queued = true;
+    return pb_pg_send_sync(p->conn, err);
+}
+
+/* Reads what send_round queued, in the same order. */
+static pb_status_t collect(poll_capture_t *p, pb_error_t *err)
+{
+    if (!p->queued)
+        return PB_OK;
+    p->queued = false;
+    pb_status_t st;
+    if (p->q_commit_before &&
+        (st = pb_pg_read_result(p->conn, PGRES_COMMAND_OK, "commit", NULL, err)) != PB_OK)
+        return st;
+    if (p->q_settle) {
+        if ((st = pb_pg_read_result(p->conn, PGRES_COMMAND_OK, "begin", NULL, err)) != PB_OK ||
+            (st = pb_outbox_read_settle(p->settling, err)) != PB_OK)
+            return st;
+        p->settle_pending = false;
+        p->txn_open = !p->q_commit_after;
+    }
+    if (p->q_claim) {
+        if ((st = pb_outbox_read_claim(p->ahead, err)) != PB_OK)
+            return st;
+        p->ahead_ready = p->ahead->n_events > 0;
+        if (p->ahead->n_parked)
+            log_debug(FAC, "claimed %zu events; set aside %zu behind earlier events of their "
+                           "aggregates that wait for a retry",
+                      p->ahead->n_events, p->ahead->n_parked);
+    }
+    if (p->q_commit_after &&
+        (st = pb_pg_read_result(p->conn, PGRES_COMMAND_OK, "commit", NULL, err)) != PB_OK)
+        return st;
+    if ((st = pb_pg_read_sync(p->conn, err)) != PB_OK)
+        return st;
+    return exit_pipeline(p, err);
+}
+
+static void swap(pb_outbox_t **a, pb_outbox_t **b)
+{
+    pb_outbox_t *t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static pb_status_t poll_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_t *err)
+{
+    poll_capture_t *p = (poll_capture_t *)cap;
+    PB_ASSERT(!p->cur_out && !p->queued);
+    b->n = 0;
+    if (p->ahead_ready) {
+        /* claimed while the batch before (now settling) was still out */
+        swap(&p->cur, &p->ahead);
+        p->ahead_ready = false;
+        b->behind_unsettled = true;
+    } else {
+        /* Nothing ahead: write what is settled and claim, in one round trip. A claim that only
+         * set events aside looks again at once: more may follow them. */
+        pb_status_t st;
+        do {
+            if ((st = send_round(p, "{}", true, err)) != PB_OK || (st = collect(p, err)) != PB_OK)
+                return st;
+        } while (!p->ahead_ready && p->ahead->n_parked > 0 && !*cap->stop);
+        if (!p->ahead_ready)
+            return PB_OK;
+        swap(&p->cur, &p->ahead);
+        p->ahead_ready = false;
+        b->behind_unsettled = false;
+    }
+    p->cur_out = true;
+    b->events = p->cur->events;
+    b->n = p->cur->n_events;
+    return PB_OK;
+}
+
+static pb_status_t poll_overlap(pb_capture_t *cap, pb_error_t *err)
+{
+    poll_capture_t *p = (poll_capture_t *)cap;
+    size_t n = p->cur->n_events;
+    if (n > p->cap_in_flight) {
+        p->in_flight_ids = pb_realloc(p->in_flight_ids, n * sizeof *p->in_flight_ids);
+        p->cap_in_flight = n;
+    }
+    for (size_t i = 0; i < n; i++)
+        p->in_flight_ids[i] = p->cur->events[i].id;
+    pb_outbox_id_ranges(p->in_flight_ids, n, &p->in_flight);
+    pb_status_t st = send_round(p, p->in_flight.data, false, err);
+    if (st != PB_OK)
+        return st;
+    if (PQflush(p->conn) != 0)
+        return pb_fail(err, PB_TRANSIENT, "postgresql connection lost: %s",
+                       PQerrorMessage(p->conn));
+    return PB_OK;
+}
+
+static pb_status_t poll_settle(pb_capture_t *cap, const pb_result_t *results,
+                               const pb_settle_plan_t *plans, pb_error_t *err)
+{
+    poll_capture_t *p = (poll_capture_t *)cap;
+    pb_status_t st = collect(p, err);
+    if (st != PB_OK)
+        return st;
+    PB_ASSERT(!p->settle_pending);
+    pb_settle_counts_t counts;
+    pb_outbox_build_arrays(p->cur, results, plans, &counts);
+    pb_outbox_release_batch(p->cur);
+    p->cur_out = false;
+    swap(&p->settling, &p->cur);
+    p->settle_pending = counts.published + counts.retried + counts.dead > 0;
+    return PB_OK;
+}
+
+/* Writes what is settled; forgets what was claimed ahead (it stays pending). */
+static pb_status_t poll_finish(pb_capture_t *cap, pb_error_t *err)
+{
+    poll_capture_t *p = (poll_capture_t *)cap;
+    if (!p->conn)
+        return PB_OK;
+    pb_status_t st = collect(p, err);
+    if (st == PB_OK && (p->settle_pending || p->txn_open) &&
+        (st = send_round(p, NULL, true, err)) == PB_OK)
+        st = collect(p, err);
+    pb_outbox_release_batch(p->ahead);
+    p->ahead_ready = false;
+    return st;
+}
+
+/* Sleeps until a NOTIFY arrives, the poll interval passes, or stop; tick keeps the broker
+ * connection serviced meanwhile. */
+static pb_status_t poll_wait(pb_capture_t *cap, pb_capture_tick_fn tick, void *arg,
+                             pb_error_t *err)
+{
+    poll_capture_t *p = (poll_capture_t *)cap;
+    int64_t until = pb_monotonic_ms() + cap->cfg->relay_poll_interval;
+    int fd = PQsocket(p->conn);
+    while (!*cap->stop) {
+        if (!PQconsumeInput(p->conn))
+            return pb_fail(err, PB_TRANSIENT, "postgresql connection lost: %s",
+                           PQerrorMessage(p->conn));
+        PGnotify *note;
+        bool woken = false;
+        while ((note = PQnotifies(p->conn)) != NULL) {
+            woken = true;
+            PQfreemem(note);
+        }
+        if (woken || !tick(arg))
+            return PB_OK;
+        int64_t left = until - pb_monotonic_ms();
+        if (left <= 0)
+            return PB_OK;
+        if (left > IDLE_TICK_MS)
+            left = IDLE_TICK_MS;
+        fd_set rd;
+        FD_ZERO(&rd);
+        FD_SET(fd, &rd);
+        struct timeval tv = {.tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000};
+        if (select(fd + 1, &rd, NULL, NULL, &tv) < 0 && errno != EINTR)
+            return pb_fail(err, PB_TRANSIENT, "select: %s", strerror(errno));
+    }
+    return PB_OK;
+}
+
+static pb_status_t poll_keepalive(pb_capture_t *cap, pb_error_t *err)
+{
+    (void)cap;
+    (void)err;
+    return PB_OK;
+}
+
+/* Takes shards that came free (an instance died) and gives away those above the fair share (an
+ * instance joined), after writing and letting go of every batch in hand. */
+static pb_status_t poll_tick(pb_capture_t *cap, pb_error_t *err)
+{
+    poll_capture_t *p = (poll_capture_t *)cap;
+    int64_t now = pb_monotonic_ms();
+    if (p->shards.n == 1 || now < p->next_balance)
+        return PB_OK;
+    p->next_balance = now + cap->cfg->relay_poll_interval;
+    bool changed;
+    pb_status_t st = balance_shards(p, false, &changed, err);
+    if (st == PB_OK && pb_shards_excess(&p->shards)) {
+        bool more;
+        if ((st = poll_finish(cap, err)) != PB_OK)
+            return st;
+        st = balance_shards(p, true, &more, err);
+        changed = changed || more;
+    }
+    if (st == PB_OK && changed) {
+        char owned[256];
+        pb_shards_describe(&p->shards, owned, sizeof owned);
+        log_info(FAC, "now relaying shards %s of %d (fair share %d)", owned, p->shards.n,
+                 p->shards.fair);
+    }
+    return st;
+}
+
+static pb_status_t poll_drained(pb_capture_t *cap, bool *done, pb_error_t *err)
+{
+    poll_capture_t *p = (poll_capture_t *)cap;
+    int64_t pending;
+    pb_status_t st = pb_outbox_pending(&p->obs[0], &pending, err);
+    *done = st == PB_OK && pending == 0 && !p->settle_pending && !p->txn_open && !p->ahead_ready;
+    return st;
+}
+
+static void poll_free(pb_capture_t *cap)
+{
+    poll_capture_t *p = (poll_capture_t *)cap;
+    if (!p)
+        return;
+    poll_disconnect(cap);
+    for (int i = 0; i < 3; i++)
+        pb_outbox_free(&p->obs[i]);
+    pb_shards_free(&p->shards);
+    free(p->in_flight_ids);
+    pb_buf_free(&p->in_flight);
+    free(p);
+}
+
+static const pb_capture_ops_t poll_ops = {
+    .name = "poll",
+    .retries_in_place = false,
+    .connect = poll_connect,
+    .connected = poll_connected,
+    .disconnect = poll_disconnect,
+    .next = poll_next,
+    .overlap = poll_overlap,
+    .settle = poll_settle,
+    .wait = poll_wait,
+    .keepalive = poll_keepalive,
+    .tick = poll_tick,
+    .drained = poll_drained,
+    .finish = poll_finish,
+    .free = poll_free,
+};
+
+pb_status_t pb_capture_poll_new(const pb_config_t *cfg, volatile sig_atomic_t *stop,
+                                pb_capture_t **out, pb_error_t *err)
+{
+    (void)err;
+    poll_capture_t *p = pb_malloc(sizeof *p);
+    memset(p, 0, sizeof *p);
+    p->base = (pb_capture_t){.ops = &poll_ops, .cfg = cfg, .stop = stop};
+    bool delete_on_publish = strcmp(cfg->relay_on_publish, "delete") == 0;
+    for (int i = 0; i < 3; i++)
+        pb_outbox_init(&p->obs[i], NULL, delete_on_publish);
+    p->settling = &p->obs[0];
+    p->cur = &p->obs[1];
+    p->ahead = &p->obs[2];
+    pb_shards_init(&p->shards, (int)cfg->relay_shards);
+    *out = &p->base;
+    return PB_OK;
+}

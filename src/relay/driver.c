@@ -1,0 +1,387 @@
+#include "relay/driver.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/backoff.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/str.h"
+#include "metrics/metrics.h"
+#include "relay/holdback.h"
+
+#define FAC "relay"
+#define TOTALS_LOG_INTERVAL_MS 10000
+#define KEEPALIVE_MS 500
+#define REASON_MAX (sizeof ((pb_result_t *)0)->error + 64)
+
+typedef struct driver {
+    const pb_config_t *cfg;
+    const pb_relay_opts_t *opts;
+    volatile sig_atomic_t *stop;
+    pb_capture_t *cap;
+    pb_sink_t *snk;
+    bool sink_up;
+    bool sink_was_up; /* connected once: a later loss is a loss, not the start */
+    int sink_attempt; /* consecutive failed connects, for the backoff */
+    pb_holdback_t hold;
+    /* per event of the batch in hand */
+    size_t cap_events;
+    pb_result_t *results;
+    pb_settle_plan_t *plans;
+    char (*reasons)[REASON_MAX];
+    bool *final;        /* its outcome is decided (in-place retries skip it) */
+    size_t *rejected;   /* indexes of the events check refused */
+    /* totals for the periodic log line */
+    uint64_t published, retried, dead, logged_published;
+    int64_t logged_at;
+} driver_t;
+
+void pb_nap(volatile sig_atomic_t *stop, int64_t ms)
+{
+    int64_t until = pb_monotonic_ms() + ms;
+    while (!*stop) {
+        int64_t left = until - pb_monotonic_ms();
+        if (left <= 0)
+            break;
+        pb_sleep_ms(left < 200 ? left : 200);
+    }
+}
+
+static void log_totals(driver_t *d, bool force)
+{
+    int64_t now = pb_monotonic_ms();
+    if (!force && now - d->logged_at < TOTALS_LOG_INTERVAL_MS)
+        return;
+    uint64_t delta = d->published - d->logged_published;
+    double secs = (double)(now - d->logged_at) / 1000.0;
+    if (delta || force)
+        log_info(FAC, "published %llu events in %.1f s (%.0f/s); totals: published %llu, "
+                      "retried %llu, dead-lettered %llu",
+                 (unsigned long long)delta, secs, secs > 0 ? (double)delta / secs : 0.0,
+                 (unsigned long long)d->published, (unsigned long long)d->retried,
+                 (unsigned long long)d->dead);
+    d->logged_published = d->published;
+    d->logged_at = now;
+}
+
+/* Connects the sink, retrying transient failures with backoff. PB_TRANSIENT only when stopped. */
+static pb_status_t connect_sink(driver_t *d, pb_error_t *err)
+{
+    while (!*d->stop) {
+        pb_status_t st = d->snk->ops->connect(d->snk, err);
+        if (st == PB_OK) {
+            if (d->sink_attempt)
+                log_info(FAC, "%s sink connected after %d attempts", d->snk->ops->name,
+                         d->sink_attempt + 1);
+            d->sink_attempt = 0;
+            d->sink_up = true;
+            return PB_OK;
+        }
+        if (st == PB_FATAL)
+            return st;
+        d->sink_attempt++;
+        int64_t delay = pb_backoff_ms(d->sink_attempt, 200, d->cfg->relay_reconnect_cap,
+                                      pb_random_unit());
+        log_warn(FAC, "waiting for the %s broker (attempt %d, next in %lld ms): %s",
+                 d->snk->ops->name, d->sink_attempt, (long long)delay, err->msg);
+        pb_nap(d->stop, delay);
+    }
+    return pb_fail(err, PB_TRANSIENT, "interrupted while waiting for the broker");
+}
+
+static void ensure_capacity(driver_t *d, size_t n)
+{
+    if (n <= d->cap_events)
+        return;
+    d->results = pb_realloc(d->results, n * sizeof *d->results);
+    d->plans = pb_realloc(d->plans, n * sizeof *d->plans);
+    d->reasons = pb_realloc(d->reasons, n * sizeof *d->reasons);
+    d->final = pb_realloc(d->final, n * sizeof *d->final);
+    d->rejected = pb_realloc(d->rejected, n * sizeof *d->rejected);
+    d->cap_events = n;
+}
+
+static bool same_aggregate(const pb_event_t *a, const pb_event_t *b)
+{
+    return strcmp(a->aggregate_id, b->aggregate_id) == 0 &&
+           strcmp(a->aggregate_type, b->aggregate_type) == 0;
+}
+
+/* Before publishing: an event behind an unsettled failure of the batch before is held back; an
+ * event the sink can never publish is rejected, and the later events of its aggregate in this
+ * batch are held back, so that they follow its dead letter instead of overtaking it. */
+static void precheck(driver_t *d, const pb_capture_batch_t *b)
+{
+    size_t n_rejected = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        pb_result_t *r = &d->results[i];
+        const pb_event_t *ev = &b->events[i];
+        r->outcome = PB_OUT_UNTRIED;
+        r->error[0] = '\0';
+        d->final[i] = false;
+        memset(&d->plans[i], 0, sizeof d->plans[i]);
+        if (b->behind_unsettled && pb_holdback_blocks(&d->hold, ev))
+            r->outcome = PB_OUT_HELD;
+        for (size_t k = 0; k < n_rejected && r->outcome == PB_OUT_UNTRIED; k++)
+            if (same_aggregate(&b->events[d->rejected[k]], ev))
+                r->outcome = PB_OUT_HELD;
+        if (r->outcome != PB_OUT_UNTRIED || !d->snk->ops->check)
+            continue;
+        if (!d->snk->ops->check(d->snk, ev, r))
+            d->rejected[n_rejected++] = i;
+    }
+}
+
+/* Decides, per event whose outcome this round brought, between published, another attempt
+ * (later, or in place) and a dead letter; counts, logs and measures it. Returns the highest
+ * attempt number among the events to retry (0: none). */
+static int plan(driver_t *d, const pb_capture_batch_t *b)
+{
+    const pb_config_t *cfg = d->cfg;
+    const char *sink = d->snk->ops->name;
+    int worst = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        if (d->final[i])
+            continue;
+        const pb_event_t *ev = &b->events[i];
+        pb_settle_plan_t *p = &d->plans[i];
+        const pb_result_t *r = &d->results[i];
+        int attempt = ev->attempts + 1;
+        memset(p, 0, sizeof *p);
+        switch (r->outcome) {
+        case PB_OUT_PUBLISHED: {
+            double delay_ms = (double)(pb_wall_us() - ev->created_at_us) / 1000.0;
+            pb_metrics_published(sink, ev->event_type, delay_ms / 1000.0);
+            log_debug_f(FAC,
+                        PB_FIELDS(PB_LF_STR("event_id", ev->event_id),
+                                  PB_LF_STR("event_type", ev->event_type),
+                                  PB_LF_NUM("delay_ms", delay_ms)),
+                        "published event %s (%s) %.1f ms after its commit", ev->event_id,
+                        ev->event_type, delay_ms);
+            d->published++;
+            d->final[i] = true;
+            break;
+        }
+        case PB_OUT_REJECT:
+            p->dead = true;
+            pb_text_copy(d->reasons[i], sizeof d->reasons[i], r->error);
+            p->reason = d->reasons[i];
+            pb_metrics_publish_failed(sink, ev->event_type, true);
+            log_warn_f(FAC,
+                       PB_FIELDS(PB_LF_STR("event_id", ev->event_id),
+                                 PB_LF_STR("event_type", ev->event_type),
+                                 PB_LF_NUM("attempt", attempt), PB_LF_STR("error", r->error)),
+                       "event %s (%s) can never be published: %s; dead-lettered", ev->event_id,
+                       ev->event_type, r->error);
+            d->dead++;
+            d->final[i] = true;
+            break;
+        case PB_OUT_RETRY:
+            if (attempt >= cfg->relay_max_attempts) {
+                char reason[REASON_MAX];
+                snprintf(reason, sizeof reason, "gave up after %d attempts: %s", attempt,
+                         r->error);
+                pb_text_copy(d->reasons[i], sizeof d->reasons[i], reason);
+                p->dead = true;
+                p->reason = d->reasons[i];
+                d->dead++;
+                d->final[i] = true;
+            } else {
+                p->retry_delay_ms = pb_backoff_ms(attempt, cfg->relay_backoff_base,
+                                                  cfg->relay_backoff_cap, pb_random_unit());
+                d->retried++;
+                if (attempt > worst)
+                    worst = attempt;
+            }
+            pb_metrics_publish_failed(sink, ev->event_type, p->dead);
+            log_warn_f(FAC,
+                       PB_FIELDS(PB_LF_STR("event_id", ev->event_id),
+                                 PB_LF_STR("event_type", ev->event_type),
+                                 PB_LF_NUM("attempt", attempt), PB_LF_STR("error", r->error)),
+                       "publish of event %s (%s, attempt %d) failed: %s%s", ev->event_id,
+                       ev->event_type, attempt, r->error, p->dead ? "; dead-lettered" : "");
+            break;
+        default: /* HELD, or UNTRIED (not sent): left as it is */
+            break;
+        }
+    }
+    return worst;
+}
+
+/* Whether an in-place retry round is due: an event to retry, or one held behind a decided one. */
+static bool retry_due(const driver_t *d, const pb_capture_batch_t *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (!d->final[i])
+            return true;
+    return false;
+}
+
+/* In-place retries (captures that cannot leave an event behind): waits the backoff while
+ * keeping the capture alive, reconnects the broker if it went, and makes every undecided event
+ * untried again. */
+static pb_status_t prepare_retry(driver_t *d, pb_capture_batch_t *b, int worst, pb_error_t *err)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        if (d->final[i])
+            continue;
+        if (d->results[i].outcome == PB_OUT_RETRY)
+            b->events[i].attempts++;
+        d->results[i].outcome = PB_OUT_UNTRIED;
+        d->results[i].error[0] = '\0';
+    }
+    int64_t until = pb_monotonic_ms() + (worst ? pb_backoff_ms(worst, d->cfg->relay_backoff_base,
+                                                               d->cfg->relay_backoff_cap,
+                                                               pb_random_unit())
+                                               : 0);
+    pb_status_t st;
+    while (!*d->stop && pb_monotonic_ms() < until) {
+        int64_t left = until - pb_monotonic_ms();
+        pb_nap(d->stop, left < KEEPALIVE_MS ? left : KEEPALIVE_MS);
+        if ((st = d->cap->ops->keepalive(d->cap, err)) != PB_OK)
+            return st;
+    }
+    if (!d->sink_up && (st = connect_sink(d, err)) != PB_OK)
+        return st;
+    if (*d->stop)
+        return pb_fail(err, PB_TRANSIENT,
+                       "stopped while retrying (the batch is relayed again at the next start)");
+    return PB_OK;
+}
+
+/* One batch: next, check, publish (with the capture's overlap work), decide, settle. *idle when
+ * the capture had nothing. */
+static pb_status_t step(driver_t *d, bool *idle, pb_error_t *err)
+{
+    pb_capture_batch_t b = {0};
+    pb_status_t st = d->cap->ops->next(d->cap, &b, err);
+    *idle = st == PB_OK && b.n == 0;
+    if (st != PB_OK || b.n == 0)
+        return st;
+    ensure_capacity(d, b.n);
+    if (!b.behind_unsettled)
+        pb_holdback_clear(&d->hold);
+    precheck(d, &b);
+    pb_metrics_batch(b.n);
+    for (int round = 1;; round++) {
+        pb_sink_batch_t sb = {.events = b.events, .results = d->results, .n = b.n};
+        pb_error_t sink_err;
+        pb_status_t sst = d->sink_up ? d->snk->ops->send(d->snk, &sb, &sink_err)
+                                     : pb_fail(&sink_err, PB_TRANSIENT, "not connected");
+        if (!d->sink_up)
+            for (size_t i = 0; i < b.n; i++)
+                if (d->results[i].outcome == PB_OUT_UNTRIED)
+                    pb_result_set(&d->results[i], PB_OUT_RETRY, "broker not connected");
+        /* the capture's database work runs while the broker acknowledges the batch */
+        pb_status_t ost = round == 1 ? d->cap->ops->overlap(d->cap, err) : PB_OK;
+        if (sst == PB_OK)
+            sst = d->snk->ops->await(d->snk, &sb, &sink_err);
+        if (sst != PB_OK && d->sink_up) {
+            log_warn(FAC, "%s broker connection lost: %s", d->snk->ops->name, sink_err.msg);
+            d->sink_up = false;
+        }
+        if (ost != PB_OK)
+            return ost; /* nothing of the batch is settled: it is relayed again */
+        int worst = plan(d, &b);
+        if (!d->cap->ops->retries_in_place || !retry_due(d, &b))
+            break;
+        if ((st = prepare_retry(d, &b, worst, err)) != PB_OK)
+            return st;
+    }
+    pb_holdback_record(&d->hold, b.events, d->results, b.n);
+    return d->cap->ops->settle(d->cap, d->results, d->plans, err);
+}
+
+static bool idle_tick(void *arg)
+{
+    driver_t *d = arg;
+    if (!d->sink_up || *d->stop)
+        return !*d->stop;
+    pb_error_t err;
+    if (d->snk->ops->idle(d->snk, &err) != PB_OK) {
+        log_warn(FAC, "%s broker connection lost while idle: %s", d->snk->ops->name, err.msg);
+        d->sink_up = false;
+        return false;
+    }
+    return true;
+}
+
+/* Logs a transient database error and drops the capture's connections (it reconnects). */
+static void reconnect_capture(driver_t *d, const pb_error_t *err)
+{
+    log_warn(FAC, "%s; reconnecting", err->msg);
+    d->cap->ops->disconnect(d->cap);
+    pb_holdback_clear(&d->hold);
+}
+
+pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
+                          volatile sig_atomic_t *stop, pb_capture_t *cap, pb_sink_t *snk,
+                          pb_error_t *err)
+{
+    driver_t d = {.cfg = cfg, .opts = opts, .stop = stop, .cap = cap, .snk = snk};
+    d.logged_at = pb_monotonic_ms();
+    ensure_capacity(&d, (size_t)cfg->relay_batch_size);
+    pb_status_t st = PB_OK;
+    while (!*stop) {
+        bool up = cap->ops->connected(cap);
+        pb_metrics_set_state(up, d.sink_up, up);
+        if (!up && (st = cap->ops->connect(cap, err)) != PB_OK) {
+            if (st == PB_FATAL)
+                break;
+            continue; /* interrupted: the loop condition ends it */
+        }
+        if (!d.sink_up) {
+            /* the broker was lost: record the outcomes in hand and hold nothing while waiting */
+            if (d.sink_was_up && (st = cap->ops->finish(cap, err)) != PB_OK) {
+                if (st == PB_FATAL)
+                    break;
+                reconnect_capture(&d, err);
+                continue;
+            }
+            pb_holdback_clear(&d.hold);
+            if ((st = connect_sink(&d, err)) != PB_OK) {
+                if (st == PB_FATAL)
+                    break;
+                continue;
+            }
+            d.sink_was_up = true;
+            continue; /* the capture may have let go of its connection */
+        }
+        if ((st = cap->ops->tick(cap, err)) == PB_OK) {
+            bool idle;
+            st = step(&d, &idle, err);
+            if (st == PB_OK && idle) {
+                bool done = false;
+                if (opts->drain && (st = cap->ops->drained(cap, &done, err)) == PB_OK && done) {
+                    log_info(FAC, "%s drained", strcmp(cap->ops->name, "cdc") == 0
+                                                      ? "stream"
+                                                      : "outbox");
+                    break;
+                }
+                if (st == PB_OK)
+                    st = cap->ops->wait(cap, idle_tick, &d, err);
+            }
+        }
+        if (st == PB_FATAL)
+            break;
+        if (st == PB_TRANSIENT) {
+            reconnect_capture(&d, err);
+            continue;
+        }
+        log_totals(&d, false);
+    }
+    if (st != PB_FATAL && cap->ops->connected(cap) && cap->ops->finish(cap, err) != PB_OK)
+        log_warn(FAC, "could not record the last batch (it will be published again): %s",
+                 err->msg);
+    if (st != PB_FATAL)
+        st = PB_OK;
+    log_totals(&d, true);
+    pb_holdback_free(&d.hold);
+    free(d.results);
+    free(d.plans);
+    free(d.reasons);
+    free(d.final);
+    free(d.rejected);
+    return st;
+}
