@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by bench/relay-amqp, bench/relay-nats and bench/relay-cdc: `--vs OLD NEW` runs two
 # postbox binaries side by side in one run (same servers, same broker objects; each binary with its
 # own scratch database, initialised by that binary) in alternating order, and compares each relay
@@ -9,6 +10,7 @@
 
 VS=0
 VS_BINS=()
+# shellcheck disable=SC2034 # used by the including scripts
 VS_SIDES=(old new)
 ARGS=()
 
@@ -50,7 +52,7 @@ vs_tool() { # ENV_VALUE TOOL_NAME DEFAULT
 # vs_order ROUND: the sides in the order they run in that round (old first in odd rounds)
 vs_order() { if (($1 % 2)); then echo "0 1"; else echo "1 0"; fi; }
 # vs_reverse WORDS...: the words in reverse order
-vs_reverse() { local out= w; for w in "$@"; do out="$w${out:+ $out}"; done; echo "$out"; }
+vs_reverse() { local out="" w; for w in "$@"; do out="$w${out:+ $out}"; done; echo "$out"; }
 
 # vs_record ROUND MODE SIDE RELAY RAW_BEFORE RAW_AFTER CPU_PER_1000 [EXTRA...]
 # prints the ratio relay / mean(raw before, raw after)
