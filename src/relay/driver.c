@@ -31,7 +31,9 @@ typedef struct driver {
     pb_settle_plan_t *plans;
     char (*reasons)[REASON_MAX];
     bool *final;        /* its outcome is decided (in-place retries skip it) */
+    bool *checked;      /* the sink's check ran on it */
     size_t *rejected;   /* indexes of the events check refused */
+    size_t *retries;    /* indexes of the events that failed before */
     /* totals for the periodic log line */
     uint64_t published, retried, dead, logged_published;
     int64_t logged_at;
@@ -98,7 +100,9 @@ static void ensure_capacity(driver_t *d, size_t n)
     d->plans = pb_realloc(d->plans, n * sizeof *d->plans);
     d->reasons = pb_realloc(d->reasons, n * sizeof *d->reasons);
     d->final = pb_realloc(d->final, n * sizeof *d->final);
+    d->checked = pb_realloc(d->checked, n * sizeof *d->checked);
     d->rejected = pb_realloc(d->rejected, n * sizeof *d->rejected);
+    d->retries = pb_realloc(d->retries, n * sizeof *d->retries);
     d->cap_events = n;
 }
 
@@ -108,29 +112,52 @@ static bool same_aggregate(const pb_event_t *a, const pb_event_t *b)
            strcmp(a->aggregate_type, b->aggregate_type) == 0;
 }
 
-/* Before publishing: an event behind an unsettled failure of the batch before is held back; an
- * event the sink can never publish is rejected, and the later events of its aggregate in this
- * batch are held back, so that they follow its dead letter instead of overtaking it. */
-static void precheck(driver_t *d, const pb_capture_batch_t *b)
+/* Checks every untried event of the batch once (checked[i] remembers it): an event the sink can
+ * never publish is rejected, and the later untried events of its aggregate are held back, so
+ * that they follow its dead letter instead of overtaking it. */
+static void check_untried(driver_t *d, const pb_capture_batch_t *b)
 {
     size_t n_rejected = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        pb_result_t *r = &d->results[i];
+        const pb_event_t *ev = &b->events[i];
+        if (r->outcome != PB_OUT_UNTRIED)
+            continue;
+        for (size_t k = 0; k < n_rejected && r->outcome == PB_OUT_UNTRIED; k++)
+            if (same_aggregate(&b->events[d->rejected[k]], ev))
+                r->outcome = PB_OUT_HELD;
+        if (r->outcome != PB_OUT_UNTRIED || d->checked[i] || !d->snk->ops->check)
+            continue;
+        d->checked[i] = true;
+        if (!d->snk->ops->check(d->snk, ev, r))
+            d->rejected[n_rejected++] = i;
+    }
+}
+
+/* Before publishing: an event behind an unsettled failure of the batch before is held back, and
+ * so is one behind an event of its aggregate that failed before (a retry): the batch is sent
+ * pipelined, so a retry that fails again would otherwise be overtaken every time. Then each
+ * event is checked. */
+static void precheck(driver_t *d, const pb_capture_batch_t *b)
+{
+    size_t n_retries = 0;
     for (size_t i = 0; i < b->n; i++) {
         pb_result_t *r = &d->results[i];
         const pb_event_t *ev = &b->events[i];
         r->outcome = PB_OUT_UNTRIED;
         r->error[0] = '\0';
         d->final[i] = false;
+        d->checked[i] = false;
         memset(&d->plans[i], 0, sizeof d->plans[i]);
         if (b->behind_unsettled && pb_holdback_blocks(&d->hold, ev))
             r->outcome = PB_OUT_HELD;
-        for (size_t k = 0; k < n_rejected && r->outcome == PB_OUT_UNTRIED; k++)
-            if (same_aggregate(&b->events[d->rejected[k]], ev))
+        for (size_t k = 0; k < n_retries && r->outcome == PB_OUT_UNTRIED; k++)
+            if (same_aggregate(&b->events[d->retries[k]], ev))
                 r->outcome = PB_OUT_HELD;
-        if (r->outcome != PB_OUT_UNTRIED || !d->snk->ops->check)
-            continue;
-        if (!d->snk->ops->check(d->snk, ev, r))
-            d->rejected[n_rejected++] = i;
+        if (ev->attempts > 0)
+            d->retries[n_retries++] = i;
     }
+    check_untried(d, b);
 }
 
 /* Decides, per event whose outcome this round brought, between published, another attempt
@@ -244,6 +271,7 @@ static pb_status_t prepare_retry(driver_t *d, pb_capture_batch_t *b, int worst, 
     }
     if (!d->sink_up && (st = connect_sink(d, err)) != PB_OK)
         return st;
+    check_untried(d, b); /* events held behind a rejection were never checked */
     if (*d->stop)
         return pb_fail(err, PB_TRANSIENT,
                        "stopped while retrying (the batch is relayed again at the next start)");
@@ -382,6 +410,8 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
     free(d.plans);
     free(d.reasons);
     free(d.final);
+    free(d.checked);
     free(d.rejected);
+    free(d.retries);
     return st;
 }
