@@ -125,9 +125,9 @@ static int replay_inbox(pb_cli_t *cli, PGconn *conn, const pb_dlq_filter_t *f)
         fprintf(stderr, "postbox dlq: %s\n", err.msg);
         goto done;
     }
-    for (size_t i = 0; i < n && snk->ops->check; i++) /* what the sink can never publish */
+    for (size_t i = 0; i < n; i++) /* headers parsed, and what the sink can never publish */
         if (results[i].outcome == PB_OUT_UNTRIED)
-            (void)snk->ops->check(snk, &events[i], &results[i]);
+            (void)pb_sink_prepare(snk, &events[i], &results[i]);
     pb_sink_batch_t batch = {.events = events, .results = results, .n = n};
     if (pb_sink_publish(snk, &batch, &err) != PB_OK) /* per message below */
         fprintf(stderr, "postbox dlq: %s\n", err.msg);
@@ -155,8 +155,10 @@ static int replay_inbox(pb_cli_t *cli, PGconn *conn, const pb_dlq_filter_t *f)
     rc = ok == n ? PB_EXIT_OK : PB_EXIT_FAILURE;
 done:
     pb_sink_free(snk);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        pb_sink_release(&events[i]);
         json_decref(headers[i]);
+    }
     free(headers);
     free(events);
     free(results);

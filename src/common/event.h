@@ -17,6 +17,8 @@ typedef struct pb_event {
     const char *destination;    /* routing override, or NULL */
     int64_t created_at_us;      /* unix microseconds */
     int attempts;               /* attempts before this one */
+    struct json_t *header_obj;  /* headers parsed once for every sink (pb_sink_prepare), NULL
+                                 * when there are none; released by pb_sink_release */
 } pb_event_t;
 
 /* What happened to one event of a batch. */

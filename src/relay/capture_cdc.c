@@ -529,8 +529,10 @@ static pb_status_t cdc_next(pb_capture_t *cap, pb_capture_batch_t *out, pb_error
         return pb_cdc_stream_confirm(&r->stream, safe, err);
     }
     r->b_lsn = r->last_commit_end; /* what the batch covers up to its last complete transaction */
-    for (size_t i = 0; i < r->b->n; i++)
+    for (size_t i = 0; i < r->b->n; i++) {
         r->b->events[i] = r->b->items[i].ev;
+        r->b->events[i].header_obj = NULL;
+    }
     r->b_out = true;
     out->events = r->b->events;
     out->n = r->b->n;

@@ -126,10 +126,10 @@ static void check_untried(driver_t *d, const pb_capture_batch_t *b)
         for (size_t k = 0; k < n_rejected && r->outcome == PB_OUT_UNTRIED; k++)
             if (same_aggregate(&b->events[d->rejected[k]], ev))
                 r->outcome = PB_OUT_HELD;
-        if (r->outcome != PB_OUT_UNTRIED || d->checked[i] || !d->snk->ops->check)
+        if (r->outcome != PB_OUT_UNTRIED || d->checked[i])
             continue;
         d->checked[i] = true;
-        if (!d->snk->ops->check(d->snk, ev, r))
+        if (!pb_sink_prepare(d->snk, &b->events[i], r))
             d->rejected[n_rejected++] = i;
     }
 }
@@ -278,6 +278,12 @@ static pb_status_t prepare_retry(driver_t *d, pb_capture_batch_t *b, int worst, 
     return PB_OK;
 }
 
+static void release_batch(pb_capture_batch_t *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        pb_sink_release(&b->events[i]);
+}
+
 /* One batch: next, check, publish (with the capture's overlap work), decide, settle. *idle when
  * the capture had nothing. */
 static pb_status_t step(driver_t *d, bool *idle, pb_error_t *err)
@@ -309,15 +315,20 @@ static pb_status_t step(driver_t *d, bool *idle, pb_error_t *err)
             log_warn(FAC, "%s broker connection lost: %s", d->snk->ops->name, sink_err.msg);
             d->sink_up = false;
         }
-        if (ost != PB_OK)
+        if (ost != PB_OK) {
+            release_batch(&b);
             return ost; /* nothing of the batch is settled: it is relayed again */
+        }
         int worst = plan(d, &b);
         if (!d->cap->ops->retries_in_place || !retry_due(d, &b))
             break;
-        if ((st = prepare_retry(d, &b, worst, err)) != PB_OK)
+        if ((st = prepare_retry(d, &b, worst, err)) != PB_OK) {
+            release_batch(&b);
             return st;
+        }
     }
     pb_holdback_record(&d->hold, b.events, d->results, b.n);
+    release_batch(&b);
     return d->cap->ops->settle(d->cap, d->results, d->plans, err);
 }
 

@@ -411,18 +411,6 @@ static pb_status_t await_confirms(amqp_sink_t *s, batch_t *b, int64_t deadline_m
 
 /* ---- publishing ----------------------------------------------------------------------------- */
 
-static bool headers_present(const char *json)
-{
-    if (!json)
-        return false;
-    const char *p = json + strspn(json, " \t\r\n");
-    if (*p != '{')
-        return *p != '\0';
-    p++;
-    p += strspn(p, " \t\r\n");
-    return *p != '}'; /* "{}" is by far the most common: skip the parser */
-}
-
 static amqp_bytes_t cbytes(const char *s, size_t len)
 {
     amqp_bytes_t b = {.len = len, .bytes = (void *)(uintptr_t)s}; /* rabbitmq-c only reads it */
@@ -433,10 +421,9 @@ static amqp_bytes_t cbytes(const char *s, size_t len)
  * *root, which the caller releases after the publish. Returns false with *res REJECT when the
  * event cannot be sent as an AMQP message. */
 static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
-                        amqp_basic_properties_t *props, json_t **root_out, pb_result_t *res)
+                        amqp_basic_properties_t *props, pb_result_t *res)
 {
     const pb_config_t *cfg = s->base.cfg;
-    *root_out = NULL;
     size_t idlen = ev->event_id ? strlen(ev->event_id) : 0;
     size_t typelen = ev->event_type ? strlen(ev->event_type) : 0;
     size_t applen = strlen(cfg->amqp_app_id);
@@ -469,30 +456,11 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
     size_t est = 8 + 14 + 1 + sizeof CONTENT_TYPE - 1 + 1 + 8 + 4;
     est += (idlen ? 1 + idlen : 0) + (typelen ? 1 + typelen : 0) + (applen ? 1 + applen : 0);
 
-    json_t *root = NULL;
-    size_t nuser = 0;
-    if (headers_present(ev->headers)) {
-        json_error_t jerr;
-        root = json_loads(ev->headers, JSON_DECODE_ANY, &jerr);
-        if (!root) {
-            pb_result_setf(res, PB_OUT_REJECT, "headers are not valid JSON: %s", jerr.text);
-            return false;
-        }
-        if (json_is_null(root)) {
-            json_decref(root);
-            root = NULL;
-        } else if (!json_is_object(root)) {
-            json_decref(root);
-            pb_result_set(res, PB_OUT_REJECT, "headers must be a JSON object");
-            return false;
-        } else {
-            nuser = json_object_size(root);
-        }
-    }
+    json_t *root = ev->header_obj; /* parsed by pb_sink_prepare */
+    size_t nuser = root ? json_object_size(root) : 0;
 
     amqp_table_entry_t *e = amqp_pool_alloc(&s->pool, sizeof *e * (nuser + 2));
     if (!e) {
-        json_decref(root);
         pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
         return false;
     }
@@ -573,11 +541,9 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
     }
     props->headers.num_entries = (int)k;
     props->headers.entries = e;
-    *root_out = root;
     return true;
 
 reject:
-    json_decref(root);
     return false;
 }
 
@@ -653,14 +619,12 @@ static pb_status_t sink_send(pb_sink_t *snk, pb_sink_batch_t *sb, pb_error_t *er
             continue;
         }
         amqp_basic_properties_t props;
-        json_t *root;
-        if (!build_props(s, ev, frame_max, &props, &root, res)) {
+        if (!build_props(s, ev, frame_max, &props, res)) {
             rejected += res->outcome == PB_OUT_REJECT;
             continue;
         }
         int rc = amqp_basic_publish(s->link.conn, CHANNEL, exchange, amqp_cstring_bytes(rkey),
                                     mandatory, 0, &props, cbytes(ev->payload, ev->payload_len));
-        json_decref(root);
         if (rc != AMQP_STATUS_OK) {
             /* frames of this message may be half written: the connection is unusable */
             pub_rc = rc;

@@ -291,18 +291,6 @@ static pb_status_t sink_connect(pb_sink_t *snk, pb_error_t *err)
 
 /* ---- publishing ----------------------------------------------------------------------------- */
 
-static bool headers_present(const char *json)
-{
-    if (!json)
-        return false;
-    const char *p = json + strspn(json, " \t\r\n");
-    if (*p != '{')
-        return *p != '\0' && strncmp(p, "null", 4) != 0;
-    p++;
-    p += strspn(p, " \t\r\n");
-    return *p != '}';
-}
-
 static bool header_key_valid(const char *k)
 {
     if (!*k)
@@ -323,23 +311,9 @@ static bool own_key(const char *k)
  * line break, which a NATS header cannot), anything else as its compact JSON text. */
 static bool add_user_headers(nats_sink_t *s, natsMsg *m, const pb_event_t *ev, pb_result_t *res)
 {
-    if (!headers_present(ev->headers))
+    json_t *root = ev->header_obj; /* parsed by pb_sink_prepare */
+    if (!root)
         return true;
-    json_error_t jerr;
-    json_t *root = json_loads(ev->headers, JSON_DECODE_ANY, &jerr);
-    if (!root) {
-        pb_result_setf(res, PB_OUT_REJECT, "headers are not valid JSON: %s", jerr.text);
-        return false;
-    }
-    if (json_is_null(root)) {
-        json_decref(root);
-        return true;
-    }
-    if (!json_is_object(root)) {
-        json_decref(root);
-        pb_result_set(res, PB_OUT_REJECT, "headers must be a JSON object");
-        return false;
-    }
     const char *key;
     json_t *v;
     bool ok = true;
@@ -375,7 +349,6 @@ static bool add_user_headers(nats_sink_t *s, natsMsg *m, const pb_event_t *ev, p
             break;
         }
     }
-    json_decref(root);
     return ok;
 }
 

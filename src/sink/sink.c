@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "common/str.h"
 
 /* Every sink: its name in relay.sink and its constructor. */
@@ -23,6 +25,48 @@ pb_status_t pb_sink_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err
         if (strcmp(cfg->relay_sink, sinks[i].name) == 0)
             return sinks[i].make(cfg, out, err);
     return pb_fail(err, PB_FATAL, "relay.sink: unknown sink \"%s\"", cfg->relay_sink);
+}
+
+/* Whether JSON headers text holds anything: "{}", the most common, skips the parser. */
+static bool headers_present(const char *json)
+{
+    if (!json)
+        return false;
+    const char *p = json + strspn(json, " \t\r\n");
+    if (*p != '{')
+        return *p != '\0';
+    p++;
+    p += strspn(p, " \t\r\n");
+    return *p != '}';
+}
+
+bool pb_sink_prepare(pb_sink_t *snk, pb_event_t *ev, pb_result_t *result)
+{
+    PB_ASSERT(ev->header_obj == NULL); /* once per event */
+    if (headers_present(ev->headers)) {
+        json_error_t jerr;
+        json_t *root = json_loads(ev->headers, JSON_DECODE_ANY, &jerr);
+        if (!root) {
+            pb_result_setf(result, PB_OUT_REJECT, "headers are not valid JSON: %s", jerr.text);
+            return false;
+        }
+        if (!json_is_object(root) && !json_is_null(root)) {
+            json_decref(root);
+            pb_result_set(result, PB_OUT_REJECT, "headers must be a JSON object");
+            return false;
+        }
+        if (json_is_object(root) && json_object_size(root) > 0)
+            ev->header_obj = root;
+        else
+            json_decref(root);
+    }
+    return !snk->ops->check || snk->ops->check(snk, ev, result);
+}
+
+void pb_sink_release(pb_event_t *ev)
+{
+    json_decref(ev->header_obj);
+    ev->header_obj = NULL;
 }
 
 pb_status_t pb_sink_publish(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *err)

@@ -81,6 +81,15 @@ void pb_result_setf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...) 
 /* Creates the sink named by cfg->relay_sink, unconnected. Fails only on configuration errors. */
 pb_status_t pb_sink_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err) PB_MUSTCHECK;
 
+/* Readies one event for the sink, once, before its batch is sent: parses its JSON headers into
+ * ev->header_obj (what every sink reads) and runs the sink's check. Returns false with result
+ * set to PB_OUT_REJECT and the reason when the event can never be published (headers that are
+ * not a JSON object, too large, unroutable). */
+bool pb_sink_prepare(pb_sink_t *snk, pb_event_t *ev, pb_result_t *result);
+
+/* Releases what pb_sink_prepare attached to the event (accepts an event never prepared). */
+void pb_sink_release(pb_event_t *ev);
+
 /* Publishes a batch and waits for it: send, then await when send returned PB_OK. */
 pb_status_t pb_sink_publish(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *err) PB_MUSTCHECK;
 
