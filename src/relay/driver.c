@@ -67,8 +67,26 @@ static void log_totals(driver_t *d, bool force)
     d->logged_at = now;
 }
 
-/* Connects the sink, retrying transient failures with backoff. PB_TRANSIENT only when stopped. */
-static pb_status_t connect_sink(driver_t *d, pb_error_t *err)
+/* Waits ms (or until stop); with keep, keeps the capture alive meanwhile (a replication stream
+ * that hears nothing from its client is dropped by the server). */
+static pb_status_t wait_keeping(driver_t *d, int64_t ms, bool keep, pb_error_t *err)
+{
+    int64_t until = pb_monotonic_ms() + ms;
+    while (!*d->stop) {
+        int64_t left = until - pb_monotonic_ms();
+        if (left <= 0)
+            break;
+        pb_nap(d->stop, keep && left > KEEPALIVE_MS ? KEEPALIVE_MS : left);
+        pb_status_t st;
+        if (keep && (st = d->cap->ops->keepalive(d->cap, err)) != PB_OK)
+            return st;
+    }
+    return PB_OK;
+}
+
+/* Connects the sink, retrying transient failures with backoff (keeping the capture alive with
+ * keep). PB_TRANSIENT only when stopped. */
+static pb_status_t connect_sink(driver_t *d, bool keep, pb_error_t *err)
 {
     while (!*d->stop) {
         pb_status_t st = d->snk->ops->connect(d->snk, err);
@@ -87,7 +105,11 @@ static pb_status_t connect_sink(driver_t *d, pb_error_t *err)
                                       pb_random_unit());
         log_warn(FAC, "waiting for the %s broker (attempt %d, next in %lld ms): %s",
                  d->snk->ops->name, d->sink_attempt, (long long)delay, err->msg);
-        pb_nap(d->stop, delay);
+        pb_error_t why;
+        if ((st = wait_keeping(d, delay, keep, &why)) != PB_OK) {
+            *err = why;
+            return st;
+        }
     }
     return pb_fail(err, PB_TRANSIENT, "interrupted while waiting for the broker");
 }
@@ -247,7 +269,9 @@ static bool retry_due(const driver_t *d, const pb_capture_batch_t *b)
 
 /* In-place retries (captures that cannot leave an event behind): waits the backoff while
  * keeping the capture alive, reconnects the broker if it went, and makes every undecided event
- * untried again. */
+ * untried again, but the first undecided one of each aggregate only: the round is sent
+ * pipelined, and a retry that failed again must not be overtaken by its aggregate's later
+ * events (they follow in the next round). */
 static pb_status_t prepare_retry(driver_t *d, pb_capture_batch_t *b, int worst, pb_error_t *err)
 {
     for (size_t i = 0; i < b->n; i++) {
@@ -257,19 +281,20 @@ static pb_status_t prepare_retry(driver_t *d, pb_capture_batch_t *b, int worst, 
             b->events[i].attempts++;
         d->results[i].outcome = PB_OUT_UNTRIED;
         d->results[i].error[0] = '\0';
+        for (size_t j = 0; j < i; j++) {
+            if (!d->final[j] && same_aggregate(&b->events[j], &b->events[i])) {
+                d->results[i].outcome = PB_OUT_HELD;
+                break;
+            }
+        }
     }
-    int64_t until = pb_monotonic_ms() + (worst ? pb_backoff_ms(worst, d->cfg->relay_backoff_base,
-                                                               d->cfg->relay_backoff_cap,
-                                                               pb_random_unit())
-                                               : 0);
+    int64_t backoff = worst ? pb_backoff_ms(worst, d->cfg->relay_backoff_base,
+                                            d->cfg->relay_backoff_cap, pb_random_unit())
+                            : 0;
     pb_status_t st;
-    while (!*d->stop && pb_monotonic_ms() < until) {
-        int64_t left = until - pb_monotonic_ms();
-        pb_nap(d->stop, left < KEEPALIVE_MS ? left : KEEPALIVE_MS);
-        if ((st = d->cap->ops->keepalive(d->cap, err)) != PB_OK)
-            return st;
-    }
-    if (!d->sink_up && (st = connect_sink(d, err)) != PB_OK)
+    if ((st = wait_keeping(d, backoff, true, err)) != PB_OK)
+        return st;
+    if (!d->sink_up && (st = connect_sink(d, true, err)) != PB_OK)
         return st;
     check_untried(d, b); /* events held behind a rejection were never checked */
     if (*d->stop)
@@ -301,12 +326,8 @@ static pb_status_t step(driver_t *d, bool *idle, pb_error_t *err)
     for (int round = 1;; round++) {
         pb_sink_batch_t sb = {.events = b.events, .results = d->results, .n = b.n};
         pb_error_t sink_err;
-        pb_status_t sst = d->sink_up ? d->snk->ops->send(d->snk, &sb, &sink_err)
-                                     : pb_fail(&sink_err, PB_TRANSIENT, "not connected");
-        if (!d->sink_up)
-            for (size_t i = 0; i < b.n; i++)
-                if (d->results[i].outcome == PB_OUT_UNTRIED)
-                    pb_result_set(&d->results[i], PB_OUT_RETRY, "broker not connected");
+        PB_ASSERT(d->sink_up); /* the loop and prepare_retry connect it first */
+        pb_status_t sst = d->snk->ops->send(d->snk, &sb, &sink_err);
         /* the capture's database work runs while the broker acknowledges the batch */
         pb_status_t ost = round == 1 ? d->cap->ops->overlap(d->cap, err) : PB_OK;
         if (sst == PB_OK)
@@ -379,7 +400,7 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
                 continue;
             }
             pb_holdback_clear(&d.hold);
-            if ((st = connect_sink(&d, err)) != PB_OK) {
+            if ((st = connect_sink(&d, false, err)) != PB_OK) {
                 if (st == PB_FATAL)
                     break;
                 continue;

