@@ -14,8 +14,8 @@
 -- takes the index whose order and partial predicate are the query's.
 --
 -- Shards. A shard is postbox.shard_of(aggregate_type, aggregate_id, relay.shards), the one
--- definition of it. No index can serve "% $2 = ANY($3)" for every relay.shards, so a relay
--- started with relay.shards = n > 1 creates an index for n (postbox.shard_index_ddl), and the
+-- definition of it. No index can serve "% $2 = ANY($3)" for every relay.shards, so `postbox
+-- init` with relay.shards = n > 1 creates an index for n (postbox.shard_index_ddl), and the
 -- claim walks it once per owned shard, merged in id order: it reads the batch plus one index
 -- descent per owned shard, not the other shards' rows. Without that index, or with more than 16
 -- shards owned, it walks every shard's ready rows as before (correct, just not bounded).
@@ -35,8 +35,7 @@ RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN 'outbox_ready_shards_' || p_shards;
 
--- What a relay starting with relay.shards = p_shards (after it made sure every relay uses that
--- count) must run, one statement at a time, outside any transaction block: the creation of the
+-- What `postbox init` with relay.shards = p_shards (the count every relay uses) must run, one statement at a time, outside any transaction block: the creation of the
 -- index of its shard count when it is missing or invalid (a CREATE INDEX CONCURRENTLY that
 -- failed), and the removal of the indexes of other shard counts, which every insert would
 -- otherwise still maintain. Nothing when all is in place.
@@ -62,10 +61,12 @@ AS $$
 $$;
 
 -- Wakes up to p_limit waiting events whose retry time has come (outbox_waiting_due, in due
--- order); returns how many. When none is due it is one read of that index and no UPDATE runs
+-- order), of the shards in p_owned when p_shards > 1 (another relay's due rows are its own to
+-- wake); returns how many. When none is due it is one read of that index and no UPDATE runs
 -- (statement-level triggers a user put on the outbox do not fire before every claim). Rows
 -- another session holds locked are left for the next call.
-CREATE FUNCTION postbox.wake(p_limit integer)
+CREATE FUNCTION postbox.wake(p_limit integer, p_shards integer DEFAULT 1,
+                             p_owned integer[] DEFAULT '{}')
 RETURNS integer
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off
@@ -74,12 +75,16 @@ AS $$
 DECLARE
     v_woken integer;
 BEGIN
-    IF NOT EXISTS (SELECT FROM postbox.outbox WHERE waiting AND next_attempt_at <= now()) THEN
+    IF NOT EXISTS (SELECT FROM postbox.outbox d WHERE d.waiting AND d.next_attempt_at <= now()
+                     AND (p_shards <= 1 OR postbox.shard_of(d.aggregate_type, d.aggregate_id,
+                                                            p_shards) = ANY(p_owned))) THEN
         RETURN 0;
     END IF;
     UPDATE postbox.outbox o SET waiting = false
     FROM (SELECT d.id FROM postbox.outbox d
           WHERE d.waiting AND d.next_attempt_at <= now()
+            AND (p_shards <= 1 OR postbox.shard_of(d.aggregate_type, d.aggregate_id,
+                                                   p_shards) = ANY(p_owned))
           ORDER BY d.next_attempt_at, d.id LIMIT p_limit
           FOR UPDATE SKIP LOCKED) due
     WHERE o.id = due.id;

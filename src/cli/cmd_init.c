@@ -19,8 +19,9 @@ int pb_cmd_init(pb_cli_t *cli)
     int applied;
     pb_status_t st = pb_migrate(conn, &applied, &err);
     /* the index that bounds a claim of some shards is built here, not by a starting relay: it
-     * is built concurrently, which waits for every transaction open in the database */
-    if (st == PB_OK && cli->cfg.relay_shards > 1)
+     * is built concurrently, which waits for every transaction open in the database (with
+     * relay.shards = 1 only the indexes of other counts are dropped) */
+    if (st == PB_OK)
         st = pb_outbox_ensure_shard_index(conn, (int)cli->cfg.relay_shards, &err);
     PQfinish(conn);
     if (st != PB_OK) {

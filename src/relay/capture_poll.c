@@ -4,10 +4,11 @@
  * While the broker confirms batch k, the connection (in pipeline mode) carries, in one round
  * trip, the settle of batch k-1 and the claim of batch k+1; their results are read once batch k
  * is confirmed. The claim of k+1 names the ids of batch k, which it must not take again; its
- * events are checked against batch k's failures by the driver (holdback.h). No transaction
- * stays open while the broker works, no row is locked, and no thread is started: the database
- * work hides behind the broker's confirm latency. A crash anywhere leaves unsettled rows
- * pending, to be published again (at least once).
+ * events are checked against batch k's failures by the driver (holdback.h). The claim takes no
+ * row locks, and no thread is started: the database work hides behind the broker's confirm
+ * latency. The settle of k-1 (and what the claim of k+1 parked or woke) commits with the next
+ * round trip, so a relay that dies marks nothing after its death. A crash anywhere leaves
+ * unsettled rows pending, to be published again (at least once).
  *
  * Three batch records rotate: `settling` (outcomes built, to be written), `cur` (handed to the
  * driver) and `ahead` (claimed while cur is published). */
@@ -86,16 +87,12 @@ static pb_status_t poll_connect(pb_capture_t *cap, pb_error_t *err)
                                          &p->conn, err);
     if (st != PB_OK)
         return st;
-    bool delete_on_publish = strcmp(cfg->relay_on_publish, "delete") == 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3; i++)
         p->obs[i].conn = p->conn;
-        p->obs[i].delete_on_publish = delete_on_publish;
-    }
     if ((st = pb_outbox_prepare(&p->obs[0], err)) == PB_FATAL && pb_error_schema_missing(err))
         pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
-    /* a settle queued in the pipeline must not commit after this relay died: the server then
-     * notices the lost client within a second and rolls it back, as it would an open
-     * transaction (PostgreSQL 14) */
+    /* a statement of this relay still running when it dies (a settle waiting for a lock) is
+     * cancelled within a second instead of holding its locks until it ends (PostgreSQL 14) */
     if (st == PB_OK)
         st = pb_pg_exec(p->conn, "SET client_connection_check_interval = '1s'", err);
     if (st == PB_OK)

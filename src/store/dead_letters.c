@@ -19,14 +19,6 @@ static const char dead_events_sql[] =
     "       coalesce(headers::jsonb, '{}'), destination, to_timestamp(created_us / 1000000.0), "
     "       attempts, reason, reason FROM f";
 
-pb_status_t pb_dead_letter_event(PGconn *conn, const pb_event_t *ev, int attempts,
-                                 const char *reason, pb_error_t *err)
-{
-    const pb_event_t *evs[1] = {ev};
-    const char *reasons[1] = {reason};
-    return pb_dead_letter_events(conn, evs, &attempts, reasons, 1, err);
-}
-
 /* Appends a text element to an array literal, or NULL. */
 static void put_text(pb_buf_t *b, size_t i, const char *s)
 {

@@ -1,8 +1,9 @@
 /* The dead letters: postbox.dead_letters (events the relay gave up on) and postbox.inbox_dead
  * (messages a consumer gave up on).
  *
- * Writing: single events to postbox.dead_letters when there is no claimed outbox row to move
- * (cdc capture: the row may be deleted already, or never existed for postbox.emit events).
+ * Writing: the events of a batch to postbox.dead_letters from their contents, when there is no
+ * claimed outbox row to move (cdc capture: the row may be deleted already, or never existed for
+ * postbox.emit events).
  *
  * Reading and repairing (`postbox dlq`): a filter of ANDed conditions selects dead letters of
  * either table; list, drop, and replay work on what it selects, each in one statement. */
@@ -17,11 +18,8 @@
 #include "common/event.h"
 #include "common/str.h"
 
-/* Inserts the event with the reason; deletes its outbox row if it still exists (id > 0). */
-pb_status_t pb_dead_letter_event(PGconn *conn, const pb_event_t *ev, int attempts,
-                                 const char *reason, pb_error_t *err) PB_MUSTCHECK;
-
-/* The same for n events in one statement: evs[i] gave up after attempts[i] with reasons[i]. */
+/* Inserts n events in one statement, evs[i] having given up after attempts[i] with reasons[i];
+ * deletes the outbox row of each that still has one (id > 0). */
 pb_status_t pb_dead_letter_events(PGconn *conn, const pb_event_t *const *evs, const int *attempts,
                                   const char *const *reasons, size_t n,
                                   pb_error_t *err) PB_MUSTCHECK;

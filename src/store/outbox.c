@@ -12,7 +12,7 @@
  * aside (waiting = true), so that the claim never walks over it; a claimed event behind an
  * earlier waiting event of its aggregate is parked by the claim itself. The claim takes no row
  * locks: the shard locks already make this relay the only one claiming these rows
- * (relay/shards.h), and the ids in flight are exactly what SKIP LOCKED used to skip. */
+ * (relay/shards.h), and the claim skips the ids of the caller's batch still in flight. */
 
 /* Settling the published rows, one statement per batch: $1 names them densely or sparsely (see
  * pb_outbox_ids_literal). */
@@ -169,9 +169,9 @@ pb_status_t pb_outbox_send_claim(pb_outbox_t *ob, int limit, int shards, const c
     snprintf(ob->limit_text, sizeof ob->limit_text, "%d", limit);
     snprintf(ob->shards_text, sizeof ob->shards_text, "%d", shards);
     const char *params[4] = {ob->limit_text, ob->shards_text, owned, in_flight};
-    /* the wake commits on its own before the claim: the claim must see the woken rows */
+    /* the wake runs before the claim, which then sees the woken rows */
     pb_status_t st;
-    if ((st = send_prepared(ob, "pb_wake", 1, params, err)) != PB_OK ||
+    if ((st = send_prepared(ob, "pb_wake", 3, params, err)) != PB_OK ||
         (st = send_prepared(ob, "pb_claim", 4, params, err)) != PB_OK)
         return st;
     return PB_OK;
@@ -315,22 +315,18 @@ void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
 pb_status_t pb_outbox_send_settle(pb_outbox_t *ob, pb_error_t *err)
 {
     pb_status_t st = PB_OK;
-    ob->settle_queued = 0;
     if (ob->n_published) {
         const char *p[1] = {ob->published_ids.data};
         st = send_prepared(ob, ob->published_sparse ? "pb_publish_sparse" : "pb_publish", 1, p,
                            err);
-        ob->settle_queued++;
     }
     if (st == PB_OK && ob->n_retried) {
         const char *p[3] = {ob->retry_ids.data, ob->retry_errors.data, ob->retry_delays.data};
         st = send_prepared(ob, "pb_retry", 3, p, err);
-        ob->settle_queued++;
     }
     if (st == PB_OK && ob->n_dead) {
         const char *p[2] = {ob->dead_ids.data, ob->dead_reasons.data};
         st = send_prepared(ob, "pb_dead", 2, p, err);
-        ob->settle_queued++;
     }
     return st;
 }
@@ -345,7 +341,6 @@ pb_status_t pb_outbox_read_settle(pb_outbox_t *ob, pb_error_t *err)
         st = pb_pg_read_result(ob->conn, PGRES_COMMAND_OK, "record failed publishes", NULL, err);
     if (st == PB_OK && ob->n_dead)
         st = pb_pg_read_result(ob->conn, PGRES_COMMAND_OK, "move events to dead_letters", NULL, err);
-    ob->settle_queued = 0;
     ob->n_published = ob->n_retried = ob->n_dead = 0;
     return st;
 }

@@ -56,7 +56,6 @@ typedef struct pb_outbox {
     size_t cap_published;
     bool published_sparse;
     size_t n_published, n_retried, n_dead; /* what the literals built hold */
-    int settle_queued;      /* statements pb_outbox_send_settle queued (0: none, no sync) */
     pb_buf_t published_ids, retry_ids, retry_errors, retry_delays, dead_ids, dead_reasons;
     char limit_text[16], shards_text[16];
 } pb_outbox_t;

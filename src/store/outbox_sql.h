@@ -1,15 +1,16 @@
 /* The relay's wake and claim statements. Their SQL lives in the schema (sql/006_claim_functions.sql,
  * functions postbox.wake and postbox.claim), so the relay, the tests and an operator asking
- * EXPLAIN run the same text; here is only how to call them. Both are single autocommit
- * statements, safe in a pipeline, and their cost is bounded by the batch size whatever the
+ * EXPLAIN run the same text; here is only how to call them. Both are single statements, safe in
+ * a pipeline (they run in the caller's transaction, or their own), and their cost is bounded by the batch size whatever the
  * planner statistics say (the functions set the planner options they need themselves: no
  * per-connection setup). */
 #ifndef PB_STORE_OUTBOX_SQL_H
 #define PB_STORE_OUTBOX_SQL_H
 
-/* Wakes up to $1 (int) waiting events whose retry time has come; one row, one column: how many
- * (0 when none was due, which costs one read of a small index and runs no UPDATE). */
-#define PB_OUTBOX_WAKE_SQL "SELECT postbox.wake($1::int)"
+/* Wakes up to $1 (int) waiting events whose retry time has come, of the shards in $3 (int[])
+ * when $2 (int, relay.shards) > 1; one row, one column: how many (0 when none was due, which
+ * costs one read of a small index and runs no UPDATE). */
+#define PB_OUTBOX_WAKE_SQL "SELECT postbox.wake($1::int, $2::int, $3::int[])"
 
 /* Claims the next $1 (int) pending rows in id order that do not wait and whose ids are not in
  * $4 (int8multirange literal of the ids in flight, "{}" for none); with $2 (int, relay.shards)
@@ -19,14 +20,15 @@
  *   8 created_at as unix microseconds (bigint), 9 attempts (int), 10 parked (boolean).
  * A parked row was behind an earlier waiting event of its aggregate: the statement already set
  * it waiting (until that event's retry time, or its own if later), committed with it; it is not
- * to be published. With relay.shards > 1 the relay runs PB_OUTBOX_SHARD_INDEX_SQL first. */
+ * to be published. With relay.shards > 1 its cost is bounded once PB_OUTBOX_SHARD_INDEX_SQL
+ * built the index for the count. */
 #define PB_OUTBOX_CLAIM_SQL                                                                    \
     "SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "        \
     "destination, created_at_us, attempts, parked "                                            \
     "FROM postbox.claim($1::int, $2::int, $3::int[], $4::int8multirange)"
 
-/* Run once when a relay starts, after the relay.shards check (every instance uses the same
- * count), outside a transaction block and outside pipeline mode: $1 (int) is relay.shards;
+/* Run by `postbox init` (relay.shards is the same for every instance), outside a transaction
+ * block and outside pipeline mode: $1 (int) is relay.shards;
  * each row returned is one statement (CREATE / DROP INDEX CONCURRENTLY) to run in order, alone.
  * No rows when the index for the count exists and no other count's index is left. */
 #define PB_OUTBOX_SHARD_INDEX_SQL "SELECT postbox.shard_index_ddl($1::int)"

@@ -148,7 +148,9 @@ pb_status_t pb_pg_read_result(PGconn *conn, ExecStatusType expect, const char *w
                               PGresult **out, pb_error_t *err)
 {
     PGresult *res = PQgetResult(conn);
-    if (res && PQresultStatus(res) == PGRES_PIPELINE_ABORTED) {
+    if (!res) /* the reads are out of step with what was queued: a bug, not the network */
+        return pb_fail(err, PB_FATAL, "%s: no result (pipeline out of step)", what);
+    if (PQresultStatus(res) == PGRES_PIPELINE_ABORTED) {
         PQclear(res);
         return pb_fail(err, PB_TRANSIENT, "%s: not run (an earlier statement failed)", what);
     }
