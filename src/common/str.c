@@ -62,6 +62,18 @@ static size_t utf8_sequence(const unsigned char *s, size_t n)
     return len;
 }
 
+bool pb_utf8_valid(const void *s, size_t n)
+{
+    const unsigned char *p = s;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_sequence(p + i, n - i);
+        if (len == 0)
+            return false;
+        i += len;
+    }
+    return true;
+}
+
 size_t pb_utf8_prefix(const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;

@@ -32,6 +32,10 @@ void pb_buf_append_json_string(pb_buf_t *b, const char *s);
  * Returns false (*out untouched) for a negative number, an unknown unit or trailing text. */
 bool pb_parse_duration_ms(const char *s, double bare_unit_ms, int64_t *out);
 
+/* True when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points above
+ * U+10FFFF). NUL bytes are valid. */
+bool pb_utf8_valid(const void *s, size_t n);
+
 /* The length of the longest prefix of s within n bytes (and before a NUL) that does not end
  * inside a UTF-8 character. */
 size_t pb_utf8_prefix(const char *s, size_t n);

@@ -16,48 +16,6 @@ static json_t *must(json_t *j)
     return j;
 }
 
-bool pb_utf8_valid(const void *s, size_t n)
-{
-    const unsigned char *p = s;
-    const unsigned char *end = p + n;
-    while (p < end) {
-        unsigned c = *p;
-        if (c < 0x80) {
-            p++;
-            continue;
-        }
-        size_t need;
-        unsigned min;
-        unsigned cp;
-        if (c >= 0xc2 && c <= 0xdf) {
-            need = 1;
-            min = 0x80;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            need = 2;
-            min = 0x800;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            need = 3;
-            min = 0x10000;
-            cp = c & 0x07;
-        } else {
-            return false; /* continuation byte, overlong 2-byte lead C0/C1, or F5..FF */
-        }
-        if ((size_t)(end - p) <= need)
-            return false;
-        for (size_t i = 1; i <= need; i++) {
-            if ((p[i] & 0xc0) != 0x80)
-                return false;
-            cp = (cp << 6) | (p[i] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        p += need + 1;
-    }
-    return true;
-}
-
 char *pb_amqp_hex_text(amqp_bytes_t b, char *dst)
 {
     static const char digits[] = "0123456789abcdef";

@@ -36,10 +36,6 @@
 
 #define PB_AMQP_JSON_MAX_DEPTH 32
 
-/** @brief True when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points above
- * U+10FFFF). NUL bytes are valid. */
-bool pb_utf8_valid(const void *s, size_t n);
-
 /** Length of pb_amqp_hex_text's text for n bytes (without the NUL). */
 #define PB_AMQP_HEX_LEN(n) (2 + 2 * (n))
 
