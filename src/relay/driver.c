@@ -167,6 +167,7 @@ static void precheck(driver_t *d, const pb_capture_batch_t *b)
         pb_result_t *r = &d->results[i];
         const pb_event_t *ev = &b->events[i];
         r->outcome = PB_OUT_UNTRIED;
+        r->duplicate = false;
         r->error[0] = '\0';
         d->final[i] = false;
         d->checked[i] = false;

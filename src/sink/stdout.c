@@ -23,15 +23,18 @@ static pb_status_t stdout_connect(pb_sink_t *snk, pb_error_t *err)
     return PB_OK;
 }
 
-/* Appends JSON text re-indented (stdout.pretty), or as it is. */
-static void append_json(stdout_sink_t *s, const char *text)
+/* Appends JSON text re-indented (stdout.pretty), or as it is; parsed is the text already
+ * parsed, when it was. */
+static void append_json(stdout_sink_t *s, const char *text, const json_t *parsed)
 {
     if (!s->base.cfg->stdout_pretty) {
         pb_buf_puts(&s->line, text);
         return;
     }
-    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
-    char *out = v ? json_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : NULL;
+    json_t *v = parsed ? NULL : json_loads(text, JSON_DECODE_ANY, NULL);
+    const json_t *show = parsed ? parsed : v;
+    char *out =
+        show ? json_dumps(show, JSON_INDENT(2) | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) : NULL;
     pb_buf_puts(&s->line, out ? out : text);
     free(out);
     json_decref(v);
@@ -62,9 +65,9 @@ static pb_status_t stdout_send(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *e
         pb_buf_append_json_string(&s->line, route);
         pb_buf_printf(&s->line, ",\"created_at_us\":%lld,\"headers\":",
                       (long long)ev->created_at_us);
-        append_json(s, ev->headers ? ev->headers : "{}");
+        append_json(s, ev->headers ? ev->headers : "{}", ev->header_obj);
         pb_buf_puts(&s->line, ",\"payload\":");
-        append_json(s, ev->payload);
+        append_json(s, ev->payload, NULL);
         pb_buf_puts(&s->line, "}\n");
     }
     size_t written = fwrite(s->line.data ? s->line.data : "", 1, s->line.len, stdout);
@@ -73,10 +76,11 @@ static pb_status_t stdout_send(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *e
     for (size_t i = 0; i < n; i++) {
         if (results[i].outcome != PB_OUT_UNTRIED)
             continue;
-        results[i].outcome = ok ? PB_OUT_PUBLISHED : PB_OUT_RETRY;
-        if (!ok)
-            snprintf(results[i].error, sizeof results[i].error, "write to stdout failed: %s",
-                     strerror(errno));
+        if (ok)
+            results[i].outcome = PB_OUT_PUBLISHED;
+        else
+            pb_result_setf(&results[i], PB_OUT_RETRY, "write to stdout failed: %s",
+                           strerror(errno));
     }
     if (!ok)
         return pb_fail(err, PB_TRANSIENT, "write to stdout failed: %s", strerror(errno));
