@@ -135,7 +135,13 @@ static int replay_inbox(pb_cli_t *cli, PGconn *conn, const pb_dlq_filter_t *f)
     pb_buf_putc(&ids, '{');
     size_t ok = 0;
     for (size_t i = 0; i < n; i++) {
-        if (results[i].outcome == PB_OUT_PUBLISHED)
+        if (results[i].outcome == PB_OUT_PUBLISHED && results[i].duplicate)
+            /* the broker dropped it as a copy of the delivery that failed: the consumer would
+             * never see it again, so the dead letter stays */
+            fprintf(stderr, "postbox dlq: message %s not republished: the broker still holds it "
+                            "within its duplicate window (nats.duplicate_window); replay it once "
+                            "the window has passed\n", events[i].event_id);
+        else if (results[i].outcome == PB_OUT_PUBLISHED)
             pb_buf_printf(&ids, "%s%s", ok++ ? "," : "", PQgetvalue(rows, (int)i, 0));
         else
             fprintf(stderr, "postbox dlq: message %s not republished: %s\n", events[i].event_id,

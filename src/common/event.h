@@ -2,6 +2,7 @@
 #ifndef PB_COMMON_EVENT_H
 #define PB_COMMON_EVENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +33,8 @@ typedef enum pb_outcome {
 
 typedef struct pb_result {
     pb_outcome_t outcome;
+    bool duplicate;  /* PUBLISHED: the broker had it already and did not store it again
+                      * (PB_SINK_DEDUPS_BY_ID) */
     char error[240]; /* reason for RETRY/REJECT */
 } pb_result_t;
 

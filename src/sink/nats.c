@@ -475,7 +475,9 @@ static void settle(nats_sink_t *s, size_t i, const pb_puback_t *ack, natsMsg *ms
     switch (ack->kind) {
     case PB_PUBACK_DUPLICATE:
         s->dups++;
-        /* fall through */
+        pb_result_set(&s->results[i], PB_OUT_PUBLISHED, NULL);
+        s->results[i].duplicate = true;
+        break;
     case PB_PUBACK_STORED:
         pb_result_set(&s->results[i], PB_OUT_PUBLISHED, NULL);
         break;

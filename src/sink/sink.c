@@ -78,6 +78,7 @@ pb_status_t pb_sink_publish(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *err)
 void pb_result_set(pb_result_t *r, pb_outcome_t outcome, const char *reason)
 {
     r->outcome = outcome;
+    r->duplicate = false;
     pb_text_copy(r->error, sizeof r->error, reason);
 }
 
@@ -89,5 +90,6 @@ void pb_result_setf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     r->outcome = outcome;
+    r->duplicate = false;
     pb_text_copy(r->error, sizeof r->error, msg);
 }
