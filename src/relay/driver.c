@@ -17,7 +17,6 @@
 
 typedef struct driver {
     const pb_config_t *cfg;
-    const pb_relay_opts_t *opts;
     volatile sig_atomic_t *stop;
     pb_capture_t *cap;
     pb_sink_t *snk;
@@ -380,7 +379,7 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
                           volatile sig_atomic_t *stop, pb_capture_t *cap, pb_sink_t *snk,
                           pb_error_t *err)
 {
-    driver_t d = {.cfg = cfg, .opts = opts, .stop = stop, .cap = cap, .snk = snk};
+    driver_t d = {.cfg = cfg, .stop = stop, .cap = cap, .snk = snk};
     d.logged_at = pb_monotonic_ms();
     ensure_capacity(&d, (size_t)cfg->relay_batch_size);
     pb_status_t st = PB_OK;
@@ -406,6 +405,13 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
                     break;
                 continue;
             }
+            if (!d.sink_was_up)
+                log_info(FAC, "%s", snk->ops->caps & PB_SINK_DEDUPS_BY_ID
+                                        ? "the broker drops a message whose event id it stored "
+                                          "within its window: a batch published again after a "
+                                          "crash is stored once"
+                                        : "a batch published again after a crash reaches the "
+                                          "broker twice; the consumer's inbox absorbs the copy");
             d.sink_was_up = true;
             continue; /* the capture may have let go of its connection */
         }

@@ -34,7 +34,8 @@ typedef enum pb_sink_caps {
 typedef struct pb_sink_ops {
     const char *name;      /* "amqp", "nats", "stdout": used in logs and metrics */
     unsigned caps;         /* pb_sink_caps_t flags */
-    size_t max_in_flight;  /* batches that may be sent before the first is awaited (>= 1) */
+    size_t max_in_flight;  /* batches that may be sent before the first is awaited (>= 1; the
+                            * relay driver keeps one in flight and overlaps database work) */
 
     /* Opens the connection and prepares publishing (channel, confirms, exchange). Returns
      * PB_TRANSIENT when the broker cannot be reached (the caller retries with backoff) and
