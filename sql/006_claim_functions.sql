@@ -122,6 +122,7 @@ DECLARE
     v_rows    text;
     v_sql     text;
     r         record;
+    c         refcursor;
     v_park    bigint[] := '{}';
     v_until   timestamptz[] := '{}';
     -- Sharded claims are composed per call: the shard index serves only a query naming the
@@ -167,7 +168,7 @@ BEGIN
             ORDER BY o.id LIMIT p_limit;
             RETURN;
         END IF;
-        FOR r IN
+        OPEN c FOR
             SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,
                    o.payload::text AS payload, o.headers::text AS headers, o.destination,
                    (extract(epoch FROM o.created_at) * 1000000)::bigint AS created_at_us,
@@ -178,19 +179,7 @@ BEGIN
                     ORDER BY b.id DESC LIMIT 1) AS blocked_until
             FROM postbox.outbox o
             WHERE o.published_at IS NULL AND NOT o.waiting AND NOT (p_in_flight @> o.id)
-            ORDER BY o.id LIMIT p_limit
-        LOOP
-            id := r.id; event_id := r.event_id; aggregate_type := r.aggregate_type;
-            aggregate_id := r.aggregate_id; event_type := r.event_type; payload := r.payload;
-            headers := r.headers; destination := r.destination;
-            created_at_us := r.created_at_us; attempts := r.attempts;
-            parked := r.blocked_until IS NOT NULL;
-            IF parked THEN
-                v_park := v_park || r.id;
-                v_until := v_until || greatest(r.next_attempt_at, r.blocked_until);
-            END IF;
-            RETURN NEXT;
-        END LOOP;
+            ORDER BY o.id LIMIT p_limit;
     ELSE
         IF cardinality(v_shards) <= 16 AND EXISTS (
                 SELECT FROM pg_index i
@@ -220,19 +209,24 @@ BEGIN
                 'NULL::timestamptz', v_rows) USING p_limit, p_in_flight;
             RETURN;
         END IF;
-        FOR r IN EXECUTE format(v_read, v_blocked, v_rows) USING p_limit, p_in_flight LOOP
-            id := r.id; event_id := r.event_id; aggregate_type := r.aggregate_type;
-            aggregate_id := r.aggregate_id; event_type := r.event_type; payload := r.payload;
-            headers := r.headers; destination := r.destination;
-            created_at_us := r.created_at_us; attempts := r.attempts;
-            parked := r.blocked_until IS NOT NULL;
-            IF parked THEN
-                v_park := v_park || r.id;
-                v_until := v_until || greatest(r.next_attempt_at, r.blocked_until);
-            END IF;
-            RETURN NEXT;
-        END LOOP;
+        OPEN c FOR EXECUTE format(v_read, v_blocked, v_rows) USING p_limit, p_in_flight;
     END IF;
+    -- something waits: each row is returned with whether it is parked behind a waiting event
+    LOOP
+        FETCH c INTO r;
+        EXIT WHEN NOT FOUND;
+        id := r.id; event_id := r.event_id; aggregate_type := r.aggregate_type;
+        aggregate_id := r.aggregate_id; event_type := r.event_type; payload := r.payload;
+        headers := r.headers; destination := r.destination;
+        created_at_us := r.created_at_us; attempts := r.attempts;
+        parked := r.blocked_until IS NOT NULL;
+        IF parked THEN
+            v_park := v_park || r.id;
+            v_until := v_until || greatest(r.next_attempt_at, r.blocked_until);
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    CLOSE c;
     IF cardinality(v_park) > 0 THEN
         UPDATE postbox.outbox o SET waiting = true, next_attempt_at = p.until
         FROM unnest(v_park, v_until) AS p(id, until) WHERE o.id = p.id;
