@@ -2,7 +2,8 @@
 # `relay --capture cdc --drain` when its drain marker cannot be written (here: the relay's role
 # may not call pg_logical_emit_message): the relay stops at once with an error naming the marker
 # and exits non-zero, instead of waiting silently for a marker that never comes. The events
-# committed before are relayed all the same.
+# committed before are relayed all the same. A slot lag that cannot be measured (the role may
+# not read pg_replication_slots) is logged, not swallowed.
 source "$(dirname "$0")/lib.sh"
 
 ROLE=pb_cdc_drain_marker
@@ -20,7 +21,8 @@ psql_q "GRANT USAGE ON SCHEMA postbox TO $ROLE;
         GRANT ALL ON ALL TABLES IN SCHEMA postbox TO $ROLE;
         GRANT ALL ON ALL SEQUENCES IN SCHEMA postbox TO $ROLE;
         ALTER TABLE postbox.outbox OWNER TO $ROLE;
-        REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC;" >/dev/null
+        REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC;
+        REVOKE SELECT ON pg_catalog.pg_replication_slots FROM PUBLIC;" >/dev/null
 enqueue_seq 5 1 4
 dsn=${POSTBOX_PG_DSN/postgres@/$ROLE@}
 
@@ -31,6 +33,7 @@ wait_relay 5
 say "relay --drain exited with $RELAY_RC after $(($(date +%s) - t0)) s"
 ((RELAY_RC != 0)) || fail "relay --drain exited 0 although its drain marker could not be written"
 grep -q 'drain marker' "$PB_RELAY_LOG" || fail "the relay's error does not name the drain marker"
+grep -q 'measure the slot lag' "$PB_RELAY_LOG" || fail "the failed slot lag query left no trace in the log"
 got=$(queue_count)
 ((got == 20)) || fail "expected the 20 committed events in the queue before the failure, got $got"
-say "ok: the failed drain marker is an error, and the 20 events were relayed"
+say "ok: the failed drain marker is an error, the failed lag query is logged, and the 20 events were relayed"
