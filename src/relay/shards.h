@@ -10,13 +10,12 @@
  * of another instance takes it. With relay.shards = 1 this is the single active relay with hot
  * standbys.
  *
- * The shard lock lives in one session, but the relay claims batches on several. A dying instance
- * does not lose all its sessions at the same instant, and a batch still held by one of them
- * (claimed, not yet settled) would be claimed again by a new owner, which takes no row locks and
- * trusts its shards to be its own alone. So every session of an owner also holds a shared
- * "guard" lock (hashtext('postbox.relay.guard'), shard), and a new owner uses a shard only once
- * it could take that guard exclusively for a moment: when no session of the previous owner is
- * left. */
+ * A new owner takes no row locks and trusts its shards to be its own alone, so it must not claim
+ * while a session of the previous owner may still write to them (a settle of a relay that died,
+ * still running in its backend; a relay of an older postbox, which claimed on several sessions).
+ * Every session of an owner (the poll capture has one) holds a shared "guard" lock
+ * (hashtext('postbox.relay.guard'), shard), and a new owner uses a shard only once it could take
+ * that guard exclusively for a moment: when no session of the previous owner is left. */
 #ifndef PB_RELAY_SHARDS_H
 #define PB_RELAY_SHARDS_H
 
