@@ -96,6 +96,12 @@ vs_summary() {
             "$(median <<<"$q")" "$(tr '\n' ' ' <<<"$q" | sed 's/ $//')" \
             "$(awk -v a="$(vs_column "$m" new 8 | median)" -v b="$(vs_column "$m" old 8 | median)" 'BEGIN { printf "%.3f", a / b }')"
     done
+    # round 1: the first relay runs on each side's fresh database
+    for m in "$@"; do
+        awk -v m="$m" '$1 == 1 && $2 == m { r[$3] = $8; x[$3] = $4 }
+            END { if (("old" in r) && ("new" in r))
+                      printf "%-11s first round: old ratio %.3f, new ratio %.3f (new/old %.3f; relay/s old %.0f, new %.0f)\n", m, r["old"], r["new"], r["new"] / r["old"], x["old"], x["new"] }' "$TMP/vs.rec"
+    done
     echo "(ratio: $unit / the mean of the raw publisher's runs just before and just after it, per run; new/old >= 1 passes,"
     echo " the old-vs-old spread of these quotients is the noise)"
 }
