@@ -6,6 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The header naming an event's aggregate sequence on every broker. */
+#define PB_SEQUENCE_HEADER "aggregate_sequence"
+
 typedef struct pb_event {
     int64_t id;                 /* outbox.id: publish order */
     const char *event_id;       /* uuid text, 36 chars: the message id end to end */
@@ -18,6 +21,9 @@ typedef struct pb_event {
     const char *destination;    /* routing override, or NULL */
     int64_t created_at_us;      /* unix microseconds */
     int attempts;               /* attempts before this one */
+    int64_t sequence;           /* the event's place among its aggregate's committed events
+                                 * (1, 2, ...), assigned in the producer's transaction; 0 when
+                                 * unknown. Every sink sends it as header PB_SEQUENCE_HEADER. */
     struct json_t *header_obj;  /* headers parsed once for every sink (pb_sink_prepare), NULL
                                  * when there are none; released by pb_sink_release */
 } pb_event_t;

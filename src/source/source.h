@@ -19,6 +19,7 @@ typedef struct pb_message {
     const char *message_id;  /* message_id property or consume.message_id_header; NULL if none */
     const char *type;        /* type property, else header "event_type"; NULL if none */
     const char *aggregate_id; /* header "aggregate_id" (order key of consume lanes); NULL if none */
+    int64_t sequence;        /* header PB_SEQUENCE_HEADER (common/event.h), 0 if none or invalid */
     const char *routing_key;
     const char *exchange;
     const char *body;        /* the payload, NUL-terminated for convenience */
