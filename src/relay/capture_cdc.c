@@ -8,11 +8,14 @@
  * stream) until it is published or dead-lettered, so per-aggregate order holds for everything
  * after a failure. While the broker acknowledges a batch, the next one is decoded from what the
  * stream already holds. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "cdc/events.h"
 #include "cdc/pgoutput.h"
+#include "cdc/signature.h"
 #include "cdc/stream.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -32,6 +35,9 @@
  * (arrived within this many ms of the start of the fill). At a low rate the relay waits for
  * every event, and a window would only add to each event's latency. */
 #define FILL_BACKLOG_MS 1
+/* Rejected (forged) messages are logged one by one up to this many, then every 1000th, so a
+ * flood of them cannot flood the log. */
+#define REJECT_LOG_ALL 10
 
 /* A relayed outbox row to be marked published. A row can come through the stream a moment
  * before its transaction is visible to other sessions (the commit record is flushed first), so
@@ -73,6 +79,9 @@ typedef struct cdc_capture {
     bool in_txn;
     uint64_t last_commit_end; /* end LSN of the last Commit read */
     bool drain_marker_sent, drain_marker_seen;
+    char drain_nonce[33]; /* the content of this relay's own drain marker */
+    pb_emit_key_t emit_key; /* verifies the messages of postbox.emit */
+    uint64_t n_rejected;
     pb_buf_t ids;
     /* Marking relayed rows published runs asynchronously on conn while the next batches are
      * published; a batch's LSN is confirmed once its rows are marked. */
@@ -153,6 +162,8 @@ static pb_status_t connect_conn(cdc_capture_t *r, pb_error_t *err)
                        "FOR EACH ROW EXECUTE FUNCTION postbox.delete_inserted_row()", err)
              : exec(r, "SET client_min_messages = warning; "
                        "DROP TRIGGER IF EXISTS outbox_cdc_delete ON postbox.outbox", err);
+    if (st == PB_OK)
+        st = pb_emit_key_load(r->conn, &r->emit_key, err);
     if (st != PB_OK) {
         if (st == PB_FATAL && pb_error_schema_missing(err))
             pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
@@ -194,6 +205,23 @@ static void append(cdc_capture_t *r, pb_cdc_event_t *e)
     r->b->n++;
 }
 
+/* A message with the relay's prefix that postbox.emit did not write: any role that may call
+ * pg_logical_emit_message can write one. Dropped, and said so. */
+static void reject_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_emit_verdict_t verdict)
+{
+    r->n_rejected++;
+    if (r->n_rejected > REJECT_LOG_ALL && r->n_rejected % 1000 != 0)
+        return;
+    char lsn[32];
+    pb_lsn_format(m->u.message.lsn, lsn, sizeof lsn);
+    log_warn(FAC, "rejected a \"%s\" message at %s: %s, so not written by postbox.emit (a forged "
+                  "event?); not published (%llu rejected so far; revoke EXECUTE on "
+                  "pg_logical_emit_message from PUBLIC: see `postbox init`)",
+             m->u.message.prefix, lsn,
+             verdict == PB_EMIT_UNSIGNED ? "it is not signed" : "its signature does not verify",
+             (unsigned long long)r->n_rejected);
+}
+
 /* Feeds one decoded message into the batch. */
 static pb_status_t on_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_error_t *err)
 {
@@ -226,7 +254,10 @@ static pb_status_t on_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_error_
         return PB_OK;
     case PB_PGO_MESSAGE:
         if (strcmp(m->u.message.prefix, DRAIN_PREFIX) == 0) {
-            r->drain_marker_seen = r->drain_marker_sent;
+            /* only this relay's own marker: another one proves nothing about what it read */
+            if (r->drain_marker_sent && m->u.message.len == strlen(r->drain_nonce) &&
+                memcmp(m->u.message.content, r->drain_nonce, m->u.message.len) == 0)
+                r->drain_marker_seen = true;
             return PB_OK;
         }
         if (strcmp(m->u.message.prefix, r->base.cfg->cdc_message_prefix) != 0)
@@ -236,7 +267,16 @@ static pb_status_t on_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_error_
                           "commit (use postbox.emit)", m->u.message.prefix);
             return PB_OK;
         }
-        if (pb_cdc_event_from_message(m->u.message.content, m->u.message.len, &e, err) != PB_OK) {
+        const char *json;
+        size_t json_len;
+        pb_emit_verdict_t verdict = pb_emit_verify(&r->emit_key, m->u.message.lsn,
+                                                   m->u.message.content, m->u.message.len,
+                                                   &json, &json_len);
+        if (verdict == PB_EMIT_UNSIGNED || verdict == PB_EMIT_FORGED) {
+            reject_message(r, m, verdict);
+            return PB_OK;
+        }
+        if (pb_cdc_event_from_message(json, json_len, &e, err) != PB_OK) {
             log_warn(FAC, "skipping a malformed \"%s\" message: %s", m->u.message.prefix, err->msg);
             return PB_OK;
         }
@@ -462,8 +502,14 @@ static pb_status_t cdc_drained(pb_capture_t *cap, bool *done, pb_error_t *err)
     }
     if (r->drain_marker_sent)
         return PB_OK;
-    PGresult *res =
-        PQexec(r->conn, "SELECT pg_logical_emit_message(true, '" DRAIN_PREFIX "', '')");
+    unsigned char rnd[16];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        return pb_fail(err, PB_FATAL, "write the drain marker: no random bytes for its nonce");
+    for (size_t i = 0; i < sizeof rnd; i++)
+        snprintf(r->drain_nonce + 2 * i, 3, "%02x", rnd[i]);
+    const char *params[1] = {r->drain_nonce};
+    PGresult *res = PQexecParams(r->conn, "SELECT postbox.emit_drain_marker($1)", 1, NULL, params,
+                                 NULL, NULL, 0);
     pb_status_t st = pb_pg_check(r->conn, res, PGRES_TUPLES_OK, "write the drain marker", err);
     if (st != PB_OK)
         return st;

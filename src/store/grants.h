@@ -1,0 +1,27 @@
+/* Privileges around the postbox schema: who may write an event the relay publishes, and the
+ * least-privilege roles of `postbox init --print-grants`. */
+#ifndef PB_STORE_GRANTS_H
+#define PB_STORE_GRANTS_H
+
+#include <libpq-fe.h>
+#include <stdio.h>
+
+#include "common/err.h"
+
+typedef enum pb_emit_lock {
+    PB_EMIT_LOCK_REVOKED,       /* revoked from PUBLIC just now */
+    PB_EMIT_LOCK_ALREADY,       /* PUBLIC could not execute it before */
+    PB_EMIT_LOCK_NOT_SUPERUSER, /* PUBLIC can, and only a superuser may change that */
+} pb_emit_lock_t;
+
+/* What a superuser runs in the database so that only the roles granted postbox.emit() (which
+ * runs as the schema owner) can write logical messages: EXECUTE on every
+ * pg_catalog.pg_logical_emit_message revoked from PUBLIC and granted to the owner of postbox.emit. */
+extern const char pb_grants_emit_message_sql[];
+
+/* Runs pb_grants_emit_message_sql when PUBLIC may still execute pg_logical_emit_message and the
+ * role is a superuser; says in *out what it found and did. */
+pb_status_t pb_grants_lock_emit_message(PGconn *conn, pb_emit_lock_t *out,
+                                        pb_error_t *err) PB_MUSTCHECK;
+
+#endif
