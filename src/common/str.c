@@ -1,5 +1,6 @@
 #include "common/str.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -281,4 +282,61 @@ void pb_buf_append_json_string(pb_buf_t *b, const char *s)
         run = ++p;
     }
     pb_buf_putc(b, '"');
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+bool pb_percent_decode(const char *s, size_t n, char **out)
+{
+    char *d = pb_malloc(n + 1);
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '%') {
+            d[j++] = s[i];
+            continue;
+        }
+        int hi = i + 2 < n ? hexval(s[i + 1]) : -1;
+        int lo = hi >= 0 ? hexval(s[i + 2]) : -1;
+        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
+            free(d);
+            return false;
+        }
+        d[j++] = (char)(hi * 16 + lo);
+        i += 2;
+    }
+    d[j] = '\0';
+    *out = d;
+    return true;
+}
+
+pb_status_t pb_read_secret_file(const char *what, const char *path, char *out, size_t n,
+                                pb_error_t *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return pb_fail(err, PB_FATAL, "%s %s: cannot open: %s", what, path, strerror(errno));
+    size_t got = fread(out, 1, n - 1, f);
+    bool failed = ferror(f);
+    fclose(f);
+    if (failed)
+        return pb_fail(err, PB_FATAL, "%s %s: cannot read", what, path);
+    out[got] = '\0';
+    out[strcspn(out, "\r\n")] = '\0';
+    size_t len = strlen(out);
+    while (len && isspace((unsigned char)out[len - 1]))
+        out[--len] = '\0';
+    size_t lead = strspn(out, " \t");
+    memmove(out, out + lead, len - lead + 1);
+    if (!*out)
+        return pb_fail(err, PB_FATAL, "%s %s: empty", what, path);
+    return PB_OK;
 }

@@ -45,6 +45,16 @@ size_t pb_utf8_prefix(const char *s, size_t n);
  * (newlines by a space, the rest by '?'), always NUL-terminated. Returns the length written. */
 size_t pb_text_copy(char *dst, size_t dstsz, const char *src);
 
+/* Percent-decodes s[0..n) (URL userinfo, host, path) into a new string (free it). False on a
+ * malformed escape or an encoded NUL, which would silently cut the C string. */
+bool pb_percent_decode(const char *s, size_t n, char **out);
+
+/* Reads a secret (token, password) from the first line of path into out (n bytes), surrounding
+ * blanks removed. PB_FATAL naming `what` (the option) and path when the file cannot be read or
+ * the line is empty; the secret itself never appears in a message. */
+pb_status_t pb_read_secret_file(const char *what, const char *path, char *out, size_t n,
+                                pb_error_t *err) PB_MUSTCHECK;
+
 /* Ends the process: running out of memory is not recoverable in the relay. */
 _Noreturn void pb_out_of_memory(void);
 

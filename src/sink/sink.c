@@ -15,6 +15,7 @@ static const struct {
 } sinks[] = {
     {"amqp", pb_sink_amqp_new},
     {"nats", pb_sink_nats_new},
+    {"redis", pb_sink_redis_new},
     {"stdout", pb_sink_stdout_new},
 };
 

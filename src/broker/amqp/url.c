@@ -81,42 +81,6 @@ static pb_status_t bad_url(pb_error_t *err, const char *url, const char *why)
     return pb_fail(err, PB_FATAL, "bad amqp url \"%s\": %s (" URL_USAGE ")", shown, why);
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Percent-decodes s[0..n) into a new string. Fails on a malformed escape or an encoded NUL,
- * which would silently cut the C string. */
-static bool decode(const char *s, size_t n, char **out)
-{
-    char *d = pb_malloc(n + 1);
-    size_t j = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '%') {
-            d[j++] = s[i];
-            continue;
-        }
-        int hi = i + 2 < n ? hexval(s[i + 1]) : -1;
-        int lo = hi >= 0 ? hexval(s[i + 2]) : -1;
-        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0)) {
-            free(d);
-            return false;
-        }
-        d[j++] = (char)(hi * 16 + lo);
-        i += 2;
-    }
-    d[j] = '\0';
-    *out = d;
-    return true;
-}
-
 pb_status_t pb_amqp_url_parse(const char *url, pb_amqp_url_t *out, pb_error_t *err)
 {
     memset(out, 0, sizeof *out);
@@ -150,8 +114,8 @@ pb_status_t pb_amqp_url_parse(const char *url, pb_amqp_url_t *out, pb_error_t *e
             why = "missing user name before '@'";
             goto fail;
         }
-        if (!decode(p, (size_t)(user_end - p), &u.user) ||
-            (colon && !decode(colon + 1, (size_t)(at - colon - 1), &u.password))) {
+        if (!pb_percent_decode(p, (size_t)(user_end - p), &u.user) ||
+            (colon && !pb_percent_decode(colon + 1, (size_t)(at - colon - 1), &u.password))) {
             why = "bad percent-encoding in the user name or password";
             goto fail;
         }
@@ -165,7 +129,7 @@ pb_status_t pb_amqp_url_parse(const char *url, pb_amqp_url_t *out, pb_error_t *e
             why = "missing ']' after the IPv6 address";
             goto fail;
         }
-        if (!decode(hostport + 1, (size_t)(close - hostport - 1), &u.host)) {
+        if (!pb_percent_decode(hostport + 1, (size_t)(close - hostport - 1), &u.host)) {
             why = "bad percent-encoding in the host";
             goto fail;
         }
@@ -177,7 +141,7 @@ pb_status_t pb_amqp_url_parse(const char *url, pb_amqp_url_t *out, pb_error_t *e
     } else {
         const char *colon = memchr(hostport, ':', (size_t)(auth_end - hostport));
         after_host = colon ? colon : auth_end;
-        if (!decode(hostport, (size_t)(after_host - hostport), &u.host)) {
+        if (!pb_percent_decode(hostport, (size_t)(after_host - hostport), &u.host)) {
             why = "bad percent-encoding in the host";
             goto fail;
         }
@@ -211,7 +175,7 @@ pb_status_t pb_amqp_url_parse(const char *url, pb_amqp_url_t *out, pb_error_t *e
         rest = vh + len;
         if (len == 0) {
             u.vhost = pb_strdup("/");
-        } else if (!decode(vh, len, &u.vhost)) {
+        } else if (!pb_percent_decode(vh, len, &u.vhost)) {
             why = "bad percent-encoding in the vhost";
             goto fail;
         }

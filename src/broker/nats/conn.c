@@ -119,29 +119,6 @@ static void on_async_error(natsConnection *nc, natsSubscription *sub, natsStatus
     log_warn(fac_of(closure), "nats asynchronous error: %s", natsStatus_GetText(err));
 }
 
-/* Reads a token file: the first line, surrounding blanks removed. */
-static pb_status_t read_token(const char *path, char *out, size_t n, pb_error_t *err)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return pb_fail(err, PB_FATAL, "nats.token_file %s: cannot open: %s", path, strerror(errno));
-    size_t got = fread(out, 1, n - 1, f);
-    bool failed = ferror(f);
-    fclose(f);
-    if (failed)
-        return pb_fail(err, PB_FATAL, "nats.token_file %s: cannot read", path);
-    out[got] = '\0';
-    out[strcspn(out, "\r\n")] = '\0';
-    size_t len = strlen(out);
-    while (len && isspace((unsigned char)out[len - 1]))
-        out[--len] = '\0';
-    size_t lead = strspn(out, " \t");
-    memmove(out, out + lead, len - lead + 1);
-    if (!*out)
-        return pb_fail(err, PB_FATAL, "nats.token_file %s: empty", path);
-    return PB_OK;
-}
-
 static pb_status_t opt_fail(natsStatus s, const char *what, pb_error_t *err)
 {
     char buf[300];
@@ -204,7 +181,7 @@ static pb_status_t build_options(const pb_config_t *cfg, const char *fac, natsOp
     }
     if (*cfg->nats_token_file) {
         char token[TOKEN_MAX];
-        if ((st = read_token(cfg->nats_token_file, token, sizeof token, err)) != PB_OK)
+        if ((st = pb_read_secret_file("nats.token_file", cfg->nats_token_file, token, sizeof token, err)) != PB_OK)
             goto done;
         s = natsOptions_SetToken(o, token);
         memset(token, 0, sizeof token);
