@@ -12,19 +12,20 @@
 #    they arrive and confirmed_flush_lsn passes them.
 # With PB_CDC_BROKER=nats (cdc_kill_nats.sh) part 1 runs, with 80,000 events, against a JetStream
 # stream instead: the NATS sink publishes asynchronously, and the relay decodes the next batch
-# meanwhile.
+# meanwhile. With PB_CDC_BROKER=redis (cdc_kill_redis.sh) part 1 runs against Redis Streams.
 source "$(dirname "$0")/lib.sh"
 BROKER=${PB_CDC_BROKER:-amqp}
 [[ $BROKER != nats ]] || source "$(dirname "$0")/nats_lib.sh"
+[[ $BROKER != redis ]] || source "$(dirname "$0")/redis_lib.sh"
 
 N_AGG=100 TXNS=200 KILLS=5
 BATCH=${PB_KILL_BATCH:-100}
 # JetStream acknowledges without a disk sync: that relay needs a longer stream to stay busy for
 # all the kills
-if [[ $BROKER == nats ]]; then TXNS=800 BATCH=${PB_KILL_BATCH:-50}; fi
+if [[ $BROKER != amqp ]]; then TXNS=800 BATCH=${PB_KILL_BATCH:-50}; fi
 total=$((N_AGG * TXNS))
 pb_init
-[[ $BROKER == nats ]] || setup_queue '#'
+[[ $BROKER != amqp ]] || setup_queue '#'
 cdc_use_slot
 # The slot must exist before the events are written, or they are not in its stream.
 cdc_create_slot
@@ -88,6 +89,8 @@ check_confirmed_published "after the drain"
 
 if [[ $BROKER == nats ]]; then
     drain_stream "$PB_TMP/got" $total 3000 300
+elif [[ $BROKER == redis ]]; then
+    drain_redis "$PB_TMP/got" $total
 else
     drain_queue "$PB_TMP/got" $total 3000 300
 fi
@@ -95,7 +98,7 @@ stats=$(check_order "$PB_TMP/got") || fail "per-aggregate order broken: $stats"
 say "$stats"
 check_all_arrived "$PB_TMP/got"
 say "duplicates after $KILLS SIGKILLs: $(duplicates_in "$PB_TMP/got")"
-[[ $BROKER != nats ]] || exit 0 # part 2 freezes RabbitMQ
+[[ $BROKER == amqp ]] || exit 0 # part 2 freezes RabbitMQ
 
 # ---- 2. the broker frozen ------------------------------------------------------------------
 beam=$(services status amqp | awk '$1 == "amqp" && $2 == "running" { print $4 }')
