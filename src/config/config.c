@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/route.h"
 #include "common/str.h"
+#include "relay/mask.h"
 
 typedef enum opt_type { OPT_STR, OPT_ENUM, OPT_INT, OPT_MS, OPT_BOOL } opt_type_t;
 
@@ -49,20 +50,32 @@ static const option_t *find_option(const char *section, const char *key)
     return NULL;
 }
 
-static void set_handler(pb_config_t *cfg, const char *type, const char *sql)
+/* Sets key = value in a section of free keys ([handlers], [mask]), kept in the order given. */
+static void set_free_key(size_t *n, char ***keys, char ***values, const char *key,
+                         const char *value)
 {
-    for (size_t i = 0; i < cfg->n_handlers; i++) {
-        if (strcmp(cfg->handler_types[i], type) == 0) {
-            free(cfg->handler_sql[i]);
-            cfg->handler_sql[i] = pb_strdup(sql);
+    for (size_t i = 0; i < *n; i++) {
+        if (strcmp((*keys)[i], key) == 0) {
+            free((*values)[i]);
+            (*values)[i] = pb_strdup(value);
             return;
         }
     }
-    cfg->handler_types = pb_realloc(cfg->handler_types, (cfg->n_handlers + 1) * sizeof(char *));
-    cfg->handler_sql = pb_realloc(cfg->handler_sql, (cfg->n_handlers + 1) * sizeof(char *));
-    cfg->handler_types[cfg->n_handlers] = pb_strdup(type);
-    cfg->handler_sql[cfg->n_handlers] = pb_strdup(sql);
-    cfg->n_handlers++;
+    *keys = pb_realloc(*keys, (*n + 1) * sizeof(char *));
+    *values = pb_realloc(*values, (*n + 1) * sizeof(char *));
+    (*keys)[*n] = pb_strdup(key);
+    (*values)[*n] = pb_strdup(value);
+    (*n)++;
+}
+
+static void set_handler(pb_config_t *cfg, const char *type, const char *sql)
+{
+    set_free_key(&cfg->n_handlers, &cfg->handler_types, &cfg->handler_sql, type, sql);
+}
+
+static void set_mask(pb_config_t *cfg, const char *type, const char *rules)
+{
+    set_free_key(&cfg->n_masks, &cfg->mask_types, &cfg->mask_rules, type, rules);
 }
 
 const char *pb_config_handler_for(const pb_config_t *cfg, const char *type)
@@ -75,7 +88,8 @@ const char *pb_config_handler_for(const pb_config_t *cfg, const char *type)
 
 static bool known_section(const char *section)
 {
-    if (strcmp(section, PB_CONFIG_HANDLERS_SECTION) == 0)
+    if (strcmp(section, PB_CONFIG_HANDLERS_SECTION) == 0 ||
+        strcmp(section, PB_CONFIG_MASK_SECTION) == 0)
         return true;
     for (size_t i = 0; i < N_OPTIONS; i++)
         if (strcmp(options[i].section, section) == 0)
@@ -209,6 +223,14 @@ void pb_config_free(pb_config_t *cfg)
     free(cfg->handler_sql);
     cfg->handler_types = cfg->handler_sql = NULL;
     cfg->n_handlers = 0;
+    for (size_t i = 0; i < cfg->n_masks; i++) {
+        free(cfg->mask_types[i]);
+        free(cfg->mask_rules[i]);
+    }
+    free(cfg->mask_types);
+    free(cfg->mask_rules);
+    cfg->mask_types = cfg->mask_rules = NULL;
+    cfg->n_masks = 0;
 }
 
 pb_status_t pb_config_set(pb_config_t *cfg, const char *name, const char *value,
@@ -227,6 +249,10 @@ pb_status_t pb_config_set(pb_config_t *cfg, const char *name, const char *value,
     section[sl] = '\0';
     if (strcmp(section, PB_CONFIG_HANDLERS_SECTION) == 0) {
         set_handler(cfg, dot + 1, value);
+        return PB_OK;
+    }
+    if (strcmp(section, PB_CONFIG_MASK_SECTION) == 0) {
+        set_mask(cfg, dot + 1, value);
         return PB_OK;
     }
     const option_t *o = find_option(section, dot + 1);
@@ -260,6 +286,16 @@ static int on_ini_entry(void *user, const char *section, const char *name, const
     }
     if (strcmp(section, PB_CONFIG_HANDLERS_SECTION) == 0) {
         set_handler(ctx->cfg, name, value);
+        return 1;
+    }
+    if (strcmp(section, PB_CONFIG_MASK_SECTION) == 0) {
+        /* checked here too, so that a bad rule is reported with its line */
+        if (pb_mask_check_rules(name, value, NULL, ctx->err) != PB_OK) {
+            pb_fail(ctx->err, PB_FATAL, "[mask] %s: %s", name, ctx->err->msg);
+            ctx->failed = true;
+            return 0;
+        }
+        set_mask(ctx->cfg, name, value);
         return 1;
     }
     const option_t *o = find_option(section, name);
@@ -316,6 +352,15 @@ pb_status_t pb_config_validate(const pb_config_t *cfg, pb_error_t *err)
     pb_error_t inner;
     if (pb_route_check_template(cfg->amqp_routing_key, &inner) != PB_OK)
         return pb_fail(err, PB_FATAL, "amqp.routing_key: %s", inner.msg);
+    bool hmac = false;
+    for (size_t i = 0; i < cfg->n_masks; i++) {
+        bool uses = false;
+        if (pb_mask_check_rules(cfg->mask_types[i], cfg->mask_rules[i], &uses, &inner) != PB_OK)
+            return pb_fail(err, PB_FATAL, "mask.%s: %s", cfg->mask_types[i], inner.msg);
+        hmac |= uses;
+    }
+    if (hmac && !*cfg->relay_mask_key_file)
+        return pb_fail(err, PB_FATAL, "[mask] has hmac rules but relay.mask_key_file is not set");
     return PB_OK;
 }
 
@@ -363,6 +408,10 @@ void pb_config_write(const pb_config_t *cfg, FILE *out)
         fprintf(out, "\n[%s]\n", PB_CONFIG_HANDLERS_SECTION);
     for (size_t i = 0; i < cfg->n_handlers; i++)
         fprintf(out, "%s = %s\n", cfg->handler_types[i], cfg->handler_sql[i]);
+    if (cfg->n_masks)
+        fprintf(out, "\n[%s]\n", PB_CONFIG_MASK_SECTION);
+    for (size_t i = 0; i < cfg->n_masks; i++)
+        fprintf(out, "%s = %s\n", cfg->mask_types[i], cfg->mask_rules[i]);
 }
 
 void pb_config_write_reference(FILE *out)
@@ -398,4 +447,13 @@ void pb_config_write_sample(FILE *out)
     fprintf(out, "\n[%s]\n; consume: SQL handler per message type, overriding consume.handler, e.g.\n"
                  "; order.paid.v1 = SELECT shipping.on_order_paid($1::jsonb, $2::jsonb)\n",
             PB_CONFIG_HANDLERS_SECTION);
+    fprintf(out,
+            "\n[%s]\n"
+            "; relay: PII rules per event type (\"*\": every type), applied to what is published\n"
+            "; (the outbox row is not changed); separated by commas: drop PATH, lastN PATH (keep\n"
+            "; the last N characters, the others become *), hmac PATH (HMAC-SHA-256 with the key\n"
+            "; in relay.mask_key_file, as hex); PATH into the payload, or headers:NAME, e.g.\n"
+            "; order.created.v1 = drop customer.ssn, last4 card.number, hmac customer.email, "
+            "drop items[*].card\n",
+            PB_CONFIG_MASK_SECTION);
 }

@@ -27,6 +27,10 @@ typedef struct pb_config {
     size_t n_handlers;
     char **handler_types;
     char **handler_sql;
+    /* [mask] section: PII rules per event type (relay/mask.h), in the order given */
+    size_t n_masks;
+    char **mask_types;
+    char **mask_rules;
 } pb_config_t;
 
 /* Where a value came from, for error messages and `postbox config`. */
@@ -43,6 +47,9 @@ void pb_config_free(pb_config_t *cfg);
 
 /* Section whose keys are free: message type = SQL handler. */
 #define PB_CONFIG_HANDLERS_SECTION "handlers"
+
+/* Section whose keys are free: event type (or "*") = masking rules (relay/mask.h). */
+#define PB_CONFIG_MASK_SECTION "mask"
 
 /* SQL handler for a message type: the [handlers] entry for it, else consume.handler, else NULL. */
 const char *pb_config_handler_for(const pb_config_t *cfg, const char *type);

@@ -9,6 +9,7 @@
 #include "common/str.h"
 #include "metrics/metrics.h"
 #include "relay/holdback.h"
+#include "relay/mask.h"
 
 #define FAC "relay"
 #define TOTALS_LOG_INTERVAL_MS 10000
@@ -20,6 +21,7 @@ typedef struct driver {
     volatile sig_atomic_t *stop;
     pb_capture_t *cap;
     pb_sink_t *snk;
+    pb_mask_t *mask; /* the [mask] rules, applied before any sink sees an event */
     bool sink_up;
     bool sink_was_up; /* connected once: a later loss is a loss, not the start */
     int sink_attempt; /* consecutive failed connects, for the backoff */
@@ -30,7 +32,8 @@ typedef struct driver {
     pb_settle_plan_t *plans;
     char (*reasons)[REASON_MAX];
     bool *final;        /* its outcome is decided (in-place retries skip it) */
-    bool *checked;      /* the sink's check ran on it */
+    bool *checked;      /* masked and checked by the sink */
+    pb_masked_t *masked; /* its masked payload and headers, until the batch is released */
     size_t *rejected;   /* indexes of the events check refused */
     size_t *retries;    /* indexes of the events that failed before */
     /* totals for the periodic log line */
@@ -122,6 +125,8 @@ static void ensure_capacity(driver_t *d, size_t n)
     d->reasons = pb_realloc(d->reasons, n * sizeof *d->reasons);
     d->final = pb_realloc(d->final, n * sizeof *d->final);
     d->checked = pb_realloc(d->checked, n * sizeof *d->checked);
+    d->masked = pb_realloc(d->masked, n * sizeof *d->masked);
+    memset(d->masked + d->cap_events, 0, (n - d->cap_events) * sizeof *d->masked);
     d->rejected = pb_realloc(d->rejected, n * sizeof *d->rejected);
     d->retries = pb_realloc(d->retries, n * sizeof *d->retries);
     d->cap_events = n;
@@ -133,9 +138,10 @@ static bool same_aggregate(const pb_event_t *a, const pb_event_t *b)
            strcmp(a->aggregate_type, b->aggregate_type) == 0;
 }
 
-/* Checks every untried event of the batch once (checked[i] remembers it): an event the sink can
- * never publish is rejected, and the later untried events of its aggregate are held back, so
- * that they follow its dead letter instead of overtaking it. */
+/* Masks and checks every untried event of the batch once (checked[i] remembers it): what every
+ * sink publishes is the masked payload and headers; an event that cannot be masked or that the
+ * sink can never publish is rejected, and the later untried events of its aggregate are held
+ * back, so that they follow its dead letter instead of overtaking it. */
 static void check_untried(driver_t *d, const pb_capture_batch_t *b)
 {
     size_t n_rejected = 0;
@@ -150,7 +156,8 @@ static void check_untried(driver_t *d, const pb_capture_batch_t *b)
         if (r->outcome != PB_OUT_UNTRIED || d->checked[i])
             continue;
         d->checked[i] = true;
-        if (!pb_sink_prepare(d->snk, &b->events[i], r))
+        if (!pb_mask_event(d->mask, &b->events[i], &d->masked[i], r) ||
+            !pb_sink_prepare(d->snk, &b->events[i], r))
             d->rejected[n_rejected++] = i;
     }
 }
@@ -303,10 +310,14 @@ static pb_status_t prepare_retry(driver_t *d, pb_capture_batch_t *b, int worst, 
     return PB_OK;
 }
 
-static void release_batch(pb_capture_batch_t *b)
+/* Before the capture settles the batch: the events point at the outbox rows' texts again
+ * (a dead letter keeps the row as it was), and what prepare attached is freed. */
+static void release_batch(driver_t *d, pb_capture_batch_t *b)
 {
-    for (size_t i = 0; i < b->n; i++)
+    for (size_t i = 0; i < b->n; i++) {
         pb_sink_release(&b->events[i]);
+        pb_mask_restore(&b->events[i], &d->masked[i]);
+    }
 }
 
 /* One batch: next, check, publish (with the capture's overlap work), decide, settle. *idle when
@@ -337,19 +348,19 @@ static pb_status_t step(driver_t *d, bool *idle, pb_error_t *err)
             d->sink_up = false;
         }
         if (ost != PB_OK) {
-            release_batch(&b);
+            release_batch(d, &b);
             return ost; /* nothing of the batch is settled: it is relayed again */
         }
         int worst = plan(d, &b);
         if (!d->cap->ops->retries_in_place || !retry_due(d, &b))
             break;
         if ((st = prepare_retry(d, &b, worst, err)) != PB_OK) {
-            release_batch(&b);
+            release_batch(d, &b);
             return st;
         }
     }
     pb_holdback_record(&d->hold, b.events, d->results, b.n);
-    release_batch(&b);
+    release_batch(d, &b);
     return d->cap->ops->settle(d->cap, d->results, d->plans, err);
 }
 
@@ -380,9 +391,15 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
                           pb_error_t *err)
 {
     driver_t d = {.cfg = cfg, .stop = stop, .cap = cap, .snk = snk};
+    pb_status_t st = pb_mask_new(cfg, &d.mask, err);
+    if (st != PB_OK)
+        return st;
+    if (cfg->n_masks)
+        log_info(FAC, "masking the payload and headers of %zu event type(s) before publishing "
+                      "([mask])",
+                 cfg->n_masks);
     d.logged_at = pb_monotonic_ms();
     ensure_capacity(&d, (size_t)cfg->relay_batch_size);
-    pb_status_t st = PB_OK;
     while (!*stop) {
         bool up = cap->ops->connected(cap);
         pb_metrics_set_state(up, d.sink_up, up);
@@ -450,6 +467,8 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
     free(d.reasons);
     free(d.final);
     free(d.checked);
+    free(d.masked);
+    pb_mask_free(d.mask);
     free(d.rejected);
     free(d.retries);
     return st;

@@ -1,0 +1,2 @@
+# Empty dependencies file for postbox.
+# This may be replaced when dependencies are built.

@@ -1,0 +1,2 @@
+# Empty compiler generated dependencies file for test_outbox_sql.
+# This may be replaced when dependencies are built.

@@ -1,0 +1,2 @@
+# Empty dependencies file for test_sink_prepare.
+# This may be replaced when dependencies are built.

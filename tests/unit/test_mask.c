@@ -1,0 +1,501 @@
+/* PII masking (relay/mask.c): rule syntax, nested paths, arrays, missing fields, non-string
+ * values, drop / lastN / hmac (RFC 4231 vectors), headers, the event hook and the key file. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "relay/mask.h"
+
+/* RFC 4231 test case 6/7 key: 131 bytes of 0xaa (long enough for PB_MASK_MIN_KEY). */
+static unsigned char key131[131];
+
+static pb_mask_t *build2(const char *type, const char *rules, const char *type2,
+                         const char *rules2)
+{
+    char *types[2] = {(char *)type, (char *)type2};
+    char *texts[2] = {(char *)rules, (char *)rules2};
+    pb_mask_t *m = NULL;
+    pb_error_t err;
+    pb_status_t st = pb_mask_build(type2 ? 2 : 1, types, texts, key131, sizeof key131, &m, &err);
+    if (st != PB_OK)
+        fail_msg("build failed: %s", err.msg);
+    return m;
+}
+
+static pb_mask_t *build(const char *type, const char *rules)
+{
+    return build2(type, rules, NULL, NULL);
+}
+
+/* The payload of an event of type "t" after the rules; "=" when nothing changed. */
+static char *apply(pb_mask_t *m, bool headers, const char *json)
+{
+    static char result[4096];
+    pb_buf_t out = {0};
+    bool changed;
+    pb_error_t why;
+    pb_status_t st = pb_mask_rewrite(m, "t", headers, json, strlen(json), &out, &changed, &why);
+    if (st != PB_OK)
+        snprintf(result, sizeof result, "error: %s", why.msg);
+    else if (!changed)
+        snprintf(result, sizeof result, "=");
+    else
+        snprintf(result, sizeof result, "%s", out.data);
+    if (st == PB_OK && !changed)
+        assert_int_equal(out.len, 0);
+    pb_buf_free(&out);
+    return result;
+}
+
+static char *apply_rules(const char *rules, const char *json)
+{
+    pb_mask_t *m = build("t", rules);
+    char *r = apply(m, false, json);
+    pb_mask_free(m);
+    return r;
+}
+
+static void rule_syntax(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *rules;
+        const char *error; /* NULL: valid */
+    } cases[] = {
+        {"drop a", NULL},
+        {"drop customer.ssn, last4 card.number, hmac customer.email", NULL},
+        {"drop items[*].card, last0 items[2].x, drop [0], drop *.email", NULL},
+        {"drop [\"a.b c\"].d, hmac headers:x-user-email, drop headers:[\"x.y\"]", NULL},
+        {"  drop   a  ,  last100 b  ", NULL},
+        {"dorp a", "rule 1 \"dorp a\": unknown action"},
+        {"drop a, lost4 b", "rule 2 \"lost4 b\": unknown action"},
+        {"drop a; hmac b", "separated by ','"},
+        {"drop a,", "rule 2 \"\": empty rule"},
+        {"", "no rules"},
+        {"drop", "no path after the action"},
+        {"last101 a", "at most 100"},
+        {"drop a..b", "expected a field name"},
+        {"drop a.b*", "unexpected character"},
+        {"drop a[", "expected a number"},
+        {"drop a[1", "expected ']'"},
+        {"drop a[*", "expected ']'"},
+        {"drop a[\"x\"", "expected '\"]'"},
+        {"drop a[\"\"]", "empty quoted name"},
+        {"drop headers:", "no path"},
+        {"drop a b", "unexpected character"},
+        {"drop a[99999999999]", "too large"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pb_error_t err = {0};
+        pb_status_t st = pb_mask_check_rules("t", cases[i].rules, NULL, &err);
+        if (!cases[i].error) {
+            if (st != PB_OK)
+                fail_msg("\"%s\" refused: %s", cases[i].rules, err.msg);
+            continue;
+        }
+        if (st != PB_FATAL || !strstr(err.msg, cases[i].error))
+            fail_msg("\"%s\": expected an error with \"%s\", got %s", cases[i].rules,
+                     cases[i].error, st == PB_OK ? "none" : err.msg);
+    }
+    bool hmac = true;
+    assert_int_equal(pb_mask_check_rules("t", "drop a, last4 b", &hmac, NULL), PB_OK);
+    assert_false(hmac);
+    assert_int_equal(pb_mask_check_rules("t", "drop a, hmac b", &hmac, NULL), PB_OK);
+    assert_true(hmac);
+    /* 65 rules: too many for one type */
+    char many[1024] = "";
+    for (int i = 0; i < 65; i++)
+        strcat(many, i ? ", drop a" : "drop a");
+    assert_int_equal(pb_mask_check_rules("t", many, NULL, NULL), PB_FATAL);
+}
+
+static void nested_paths(void **state)
+{
+    (void)state;
+    const char *doc = "{\"customer\": {\"email\": \"a@b.example\", \"name\": \"Ann\", "
+                      "\"address\": {\"zip\": \"12345\", \"city\": \"X\"}}, \"n\": 1}";
+    assert_string_equal(apply_rules("drop customer.email", doc),
+                        "{\"customer\":{\"name\":\"Ann\",\"address\":{\"zip\": \"12345\", "
+                        "\"city\": \"X\"}},\"n\":1}");
+    assert_string_equal(apply_rules("last2 customer.address.zip", doc),
+                        "{\"customer\":{\"email\":\"a@b.example\",\"name\":\"Ann\","
+                        "\"address\":{\"zip\":\"***45\",\"city\":\"X\"}},\"n\":1}");
+    /* the whole object, and every member of an object */
+    assert_string_equal(apply_rules("drop customer", doc), "{\"n\":1}");
+    assert_string_equal(apply_rules("last0 customer.address.*", doc),
+                        "{\"customer\":{\"email\":\"a@b.example\",\"name\":\"Ann\","
+                        "\"address\":{\"zip\":\"*****\",\"city\":\"*\"}},\"n\":1}");
+    /* the last member dropped: no comma left behind */
+    assert_string_equal(apply_rules("drop n", doc),
+                        "{\"customer\":{\"email\": \"a@b.example\", \"name\": \"Ann\", "
+                        "\"address\": {\"zip\": \"12345\", \"city\": \"X\"}}}");
+    assert_string_equal(apply_rules("drop a, drop b", "{\"a\":1,\"b\":2}"), "{}");
+    /* quoted names with dots and spaces; escaped member names match their decoded text */
+    assert_string_equal(apply_rules("drop [\"a.b c\"].d", "{\"a.b c\":{\"d\":1,\"e\":2}}"),
+                        "{\"a.b c\":{\"e\":2}}");
+    assert_string_equal(apply_rules("drop email", "{\"e\\u006dail\":\"x\",\"k\":1}"),
+                        "{\"k\":1}");
+}
+
+static void arrays(void **state)
+{
+    (void)state;
+    const char *doc = "{\"items\": [{\"card\": \"4111111111111111\", \"sku\": \"A\"}, "
+                      "{\"sku\": \"B\"}, {\"card\": \"5500000000000004\"}]}";
+    assert_string_equal(apply_rules("last4 items[*].card", doc),
+                        "{\"items\":[{\"card\":\"************1111\",\"sku\":\"A\"},"
+                        "{\"sku\":\"B\"},{\"card\":\"************0004\"}]}");
+    assert_string_equal(apply_rules("drop items[2].card", doc),
+                        "{\"items\":[{\"card\": \"4111111111111111\", \"sku\": \"A\"},"
+                        "{\"sku\": \"B\"},{}]}");
+    assert_string_equal(apply_rules("drop items[0]", doc),
+                        "{\"items\":[{\"sku\": \"B\"},{\"card\": \"5500000000000004\"}]}");
+    assert_string_equal(apply_rules("drop items[*]", doc), "{\"items\":[]}");
+    /* a payload that is an array, and arrays in arrays */
+    assert_string_equal(apply_rules("drop [*].pan", "[{\"pan\":1,\"x\":2},{\"pan\":3}]"),
+                        "[{\"x\":2},{}]");
+    assert_string_equal(apply_rules("last1 m[*][1]", "{\"m\":[[\"ab\",\"cd\"],[\"ef\"]]}"),
+                        "{\"m\":[[\"ab\",\"*d\"],[\"ef\"]]}");
+    /* an index into an object, a name into an array: no match */
+    assert_string_equal(apply_rules("drop items.card, drop x[0]", doc), "=");
+}
+
+static void missing_fields(void **state)
+{
+    (void)state;
+    assert_string_equal(apply_rules("drop customer.ssn", "{\"customer\":{\"name\":\"x\"}}"),
+                        "=");
+    assert_string_equal(apply_rules("drop customer.ssn", "{\"n\":1}"), "=");
+    /* a path through a value that is not a container */
+    assert_string_equal(apply_rules("drop customer.ssn", "{\"customer\":\"x\"}"), "=");
+    assert_string_equal(apply_rules("drop items[5]", "{\"items\":[1,2]}"), "=");
+    assert_string_equal(apply_rules("drop a", "{}"), "=");
+    assert_string_equal(apply_rules("drop a", "[]"), "=");
+    assert_string_equal(apply_rules("drop a", "\"text\""), "=");
+    /* rules of other types do not apply */
+    pb_mask_t *m = build("other", "drop a");
+    assert_string_equal(apply(m, false, "{\"a\":1}"), "=");
+    assert_false(pb_mask_applies(m, "t"));
+    assert_true(pb_mask_applies(m, "other"));
+    pb_mask_free(m);
+}
+
+static void non_string_values(void **state)
+{
+    (void)state;
+    /* numbers are masked by their text, which is kept exactly elsewhere */
+    assert_string_equal(apply_rules("last4 card", "{\"card\": 4111111111111111, \"price\": "
+                                                  "19.990, \"big\": 123456789012345678901234567890}"),
+                        "{\"card\":\"************1111\",\"price\":19.990,"
+                        "\"big\":123456789012345678901234567890}");
+    assert_string_equal(apply_rules("last2 n", "{\"n\":-1.5e3}"), "{\"n\":\"****e3\"}");
+    /* null carries nothing: left as it is */
+    assert_string_equal(apply_rules("last4 a, hmac b", "{\"a\":null,\"b\":null}"),
+                        "{\"a\":null,\"b\":null}");
+    /* lastN cannot mask a boolean, an object or an array: an error, never the value unmasked */
+    assert_non_null(strstr(apply_rules("last4 a", "{\"a\":true}"),
+                           "error: rule \"last4 a\": the value is a boolean"));
+    assert_non_null(strstr(apply_rules("last4 a", "{\"a\":{\"b\":1}}"), "is an object"));
+    assert_non_null(strstr(apply_rules("last4 a", "{\"a\":[1]}"), "is an array"));
+    /* drop takes any value */
+    assert_string_equal(apply_rules("drop a, drop b, drop c", "{\"a\":true,\"b\":{},\"c\":[]}"),
+                        "{}");
+    /* lastN counts characters, not bytes; escapes and surrogate pairs are one character */
+    assert_string_equal(apply_rules("last3 s", "{\"s\":\"ab\xc3\xa9" "c\\n\\ud83d\\ude00\"}"),
+                        "{\"s\":\"***c\\n\\ud83d\\ude00\"}");
+    assert_string_equal(apply_rules("last9 s", "{\"s\":\"abc\"}"), "{\"s\":\"abc\"}");
+}
+
+static void hex_of(const unsigned char *key, size_t key_len, const char *data, char hex[65])
+{
+    pb_mask_hmac_hex(key, key_len, data, strlen(data), hex);
+}
+
+static void hmac_rfc4231(void **state)
+{
+    (void)state;
+    char hex[65];
+    unsigned char k1[20];
+    memset(k1, 0x0b, sizeof k1);
+    hex_of(k1, sizeof k1, "Hi There", hex); /* test case 1 */
+    assert_string_equal(hex, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+    hex_of((const unsigned char *)"Jefe", 4, "what do ya want for nothing?", hex); /* case 2 */
+    assert_string_equal(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    hex_of(key131, sizeof key131, "Test Using Larger Than Block-Size Key - Hash Key First",
+           hex); /* case 6 */
+    assert_string_equal(hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+
+    /* through the rules: a string is hashed over its decoded text (case 6 and 7) */
+    assert_string_equal(
+        apply_rules("hmac s", "{\"s\":\"Test Using Larger Than Block-Size Key - Hash Key First\"}"),
+        "{\"s\":\"60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54\"}");
+    assert_string_equal(
+        apply_rules("hmac s",
+                    "{\"s\":\"This is a test using a larger than block-size key and a larger "
+                    "than block-size data. The key needs to be hashed before being used by the "
+                    "HMAC algorithm.\"}"),
+        "{\"s\":\"9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2\"}");
+    /* escapes are decoded first: the same text, the same hash */
+    assert_string_equal(
+        apply_rules("hmac s", "{\"s\":\"Test Using Larger Than Block-Size Key \\u002d Hash Key "
+                              "First\"}"),
+        "{\"s\":\"60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54\"}");
+    /* a number, a boolean, an object: over their JSON text */
+    char want[128];
+    hex_of(key131, sizeof key131, "4111111111111111", hex);
+    snprintf(want, sizeof want, "{\"n\":\"%s\"}", hex);
+    assert_string_equal(apply_rules("hmac n", "{\"n\":4111111111111111}"), want);
+    hex_of(key131, sizeof key131, "{\"a\": [1, 2]}", hex);
+    snprintf(want, sizeof want, "{\"o\":\"%s\"}", hex);
+    assert_string_equal(apply_rules("hmac o", "{\"o\":{\"a\": [1, 2]}}"), want);
+    hex_of(key131, sizeof key131, "true", hex);
+    snprintf(want, sizeof want, "[\"%s\"]", hex);
+    assert_string_equal(apply_rules("hmac [0]", "[true]"), want);
+}
+
+static void precedence_and_every_type(void **state)
+{
+    (void)state;
+    /* drop wins over another rule on the same value; otherwise the first one listed */
+    assert_string_equal(apply_rules("last1 a, drop a", "{\"a\":\"xy\",\"b\":1}"), "{\"b\":1}");
+    assert_string_equal(apply_rules("last1 a, last0 a", "{\"a\":\"xy\"}"), "{\"a\":\"*y\"}");
+    /* a replaced value is replaced whole: rules deeper inside it do not matter */
+    pb_mask_t *m = build2("t", "last0 a.b", "*", "drop a.b.c, drop ssn");
+    assert_string_equal(apply(m, false, "{\"a\":{\"b\":\"xyz\"},\"ssn\":\"1\",\"k\":2}"),
+                        "{\"a\":{\"b\":\"***\"},\"k\":2}");
+    assert_true(pb_mask_applies(m, "anything"));
+    pb_buf_t out = {0};
+    bool changed;
+    pb_error_t why;
+    const char *doc = "{\"ssn\":\"1\"}";
+    assert_int_equal(pb_mask_rewrite(m, "other", false, doc, strlen(doc), &out, &changed, &why),
+                     PB_OK);
+    assert_true(changed);
+    assert_string_equal(out.data, "{}");
+    pb_buf_free(&out);
+    pb_mask_free(m);
+}
+
+static void headers_rules(void **state)
+{
+    (void)state;
+    pb_mask_t *m = build("t", "hmac headers:x-user-email, drop headers:[\"x.ip\"], drop email");
+    char hex[65], want[256];
+    hex_of(key131, sizeof key131, "a@b.example", hex);
+    snprintf(want, sizeof want, "{\"trace\":\"t1\",\"x-user-email\":\"%s\"}", hex);
+    assert_string_equal(apply(m, true, "{\"trace\":\"t1\",\"x-user-email\":\"a@b.example\","
+                                       "\"x.ip\":\"10.0.0.1\"}"),
+                        want);
+    /* the payload rules are not the headers' ones, and the other way round */
+    assert_string_equal(apply(m, false, "{\"x-user-email\":\"a\",\"email\":\"b\"}"),
+                        "{\"x-user-email\":\"a\"}");
+    assert_string_equal(apply(m, true, "{\"email\":\"b\"}"), "=");
+    pb_mask_free(m);
+}
+
+static void invalid_json(void **state)
+{
+    (void)state;
+    static const char *const docs[] = {
+        "", "{", "{\"a\":}", "{\"a\" 1}", "{\"a\":1,}", "[1,]", "{\"a\":01}", "{\"a\":1.}",
+        "{\"a\":-}", "{\"a\":tru}", "{\"a\":\"x}", "{\"a\":\"\\x\"}", "{\"a\":\"\\u12g4\"}",
+        "{\"a\":\"\x01\"}", "{\"a\":1} x", "{a:1}", "{\"a\":1}}", "nul",
+    };
+    for (size_t i = 0; i < sizeof docs / sizeof docs[0]; i++) {
+        const char *r = apply_rules("drop a", docs[i]);
+        if (strncmp(r, "error: not valid JSON at byte", 29) != 0)
+            fail_msg("\"%s\": expected an error, got %s", docs[i], r);
+    }
+    /* too deep */
+    char deep[2 * (PB_MASK_MAX_DEPTH + 10) + 16];
+    size_t n = 0;
+    for (int i = 0; i < PB_MASK_MAX_DEPTH + 10; i++)
+        deep[n++] = '[';
+    for (int i = 0; i < PB_MASK_MAX_DEPTH + 10; i++)
+        deep[n++] = ']';
+    deep[n] = '\0';
+    assert_non_null(strstr(apply_rules("drop a", deep), "nested deeper"));
+}
+
+static void event_masked_and_restored(void **state)
+{
+    (void)state;
+    pb_mask_t *m = build("order.created", "last4 card, hmac headers:email");
+    const char *payload = "{\"card\":\"4111111111111111\",\"n\":1}";
+    const char *headers = "{\"email\":\"x\"}";
+    pb_event_t ev = {.event_type = "order.created", .payload = payload,
+                     .payload_len = strlen(payload), .headers = headers};
+    pb_masked_t keep = {0};
+    pb_result_t res = {0};
+    assert_true(pb_mask_event(m, &ev, &keep, &res));
+    assert_string_equal(ev.payload, "{\"card\":\"************1111\",\"n\":1}");
+    assert_int_equal(ev.payload_len, strlen(ev.payload));
+    assert_non_null(strstr(ev.headers, "\"email\":\""));
+    assert_null(strstr(ev.headers, "\"x\""));
+    pb_mask_restore(&ev, &keep);
+    assert_ptr_equal(ev.payload, payload);
+    assert_int_equal(ev.payload_len, strlen(payload));
+    assert_ptr_equal(ev.headers, headers);
+    pb_mask_restore(&ev, &keep); /* twice is harmless */
+
+    /* not valid JSON while rules apply: rejected with the reason, pointers untouched */
+    const char *broken = "{\"card\": 41";
+    ev = (pb_event_t){.event_type = "order.created", .payload = broken,
+                      .payload_len = strlen(broken)};
+    assert_false(pb_mask_event(m, &ev, &keep, &res));
+    assert_int_equal(res.outcome, PB_OUT_REJECT);
+    assert_non_null(strstr(res.error, "payload cannot be masked by the [mask] rules of "
+                                      "\"order.created\": not valid JSON"));
+    assert_ptr_equal(ev.payload, broken);
+    pb_mask_restore(&ev, &keep);
+
+    /* another type: left alone, even when it is not JSON */
+    ev = (pb_event_t){.event_type = "order.paid", .payload = broken,
+                      .payload_len = strlen(broken)};
+    res = (pb_result_t){0};
+    assert_true(pb_mask_event(m, &ev, &keep, &res));
+    assert_ptr_equal(ev.payload, broken);
+    assert_false(keep.active);
+    pb_mask_restore(&ev, &keep);
+    pb_mask_free(m);
+    /* no engine (no rules): nothing to do */
+    assert_true(pb_mask_event(NULL, &ev, &keep, &res));
+}
+
+static const char *key_file(const char *content, size_t len, mode_t mode)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/pb-test-mask-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, content, len), (ssize_t)len);
+    assert_int_equal(fchmod(fd, mode), 0);
+    close(fd);
+    return path;
+}
+
+static pb_status_t new_with(const char *path, const char *rules, pb_mask_t **m, pb_error_t *err)
+{
+    pb_config_t cfg;
+    pb_config_init(&cfg);
+    pb_status_t st = pb_config_set(&cfg, "mask.t", rules, PB_CFG_CLI, err);
+    if (st == PB_OK && path)
+        st = pb_config_set(&cfg, "relay.mask_key_file", path, PB_CFG_CLI, err);
+    if (st == PB_OK)
+        st = pb_config_validate(&cfg, err);
+    if (st == PB_OK)
+        st = pb_mask_new(&cfg, m, err);
+    pb_config_free(&cfg);
+    return st;
+}
+
+static void key_file_rules(void **state)
+{
+    (void)state;
+    const char *key = "0123456789abcdef0123456789abcdef\n"; /* 32 bytes and a newline */
+    pb_mask_t *m = NULL;
+    pb_error_t err;
+    const char *path = key_file(key, strlen(key), 0600);
+    assert_int_equal(new_with(path, "hmac a", &m, &err), PB_OK);
+    char hex[65], want[128];
+    pb_mask_hmac_hex((const unsigned char *)key, 32, "x", 1, hex);
+    snprintf(want, sizeof want, "{\"a\":\"%s\"}", hex);
+    assert_string_equal(apply(m, false, "{\"a\":\"x\"}"), want);
+    pb_mask_free(m);
+
+    /* readable by group or others: refused, naming the mode */
+    for (mode_t mode = 0604; mode <= 0640; mode += 0034) {
+        assert_int_equal(chmod(path, mode), 0);
+        assert_int_equal(new_with(path, "hmac a", &m, &err), PB_FATAL);
+        assert_non_null(strstr(err.msg, "group or others have access"));
+        assert_null(m);
+    }
+    assert_int_equal(chmod(path, 0400), 0);
+    assert_int_equal(new_with(path, "hmac a", &m, &err), PB_OK);
+    pb_mask_free(m);
+    unlink(path);
+
+    /* too short, missing, a directory, not set */
+    path = key_file("short\n", 6, 0600);
+    assert_int_equal(new_with(path, "hmac a", &m, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "the key must have 32 to 4096 bytes, it has 5"));
+    unlink(path);
+    assert_int_equal(new_with("/nonexistent/key", "hmac a", &m, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "cannot open"));
+    assert_int_equal(new_with("/tmp", "hmac a", &m, &err), PB_FATAL);
+    assert_int_equal(new_with(NULL, "hmac a", &m, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "relay.mask_key_file is not set"));
+    /* no hmac rule: no key needed */
+    assert_int_equal(new_with(NULL, "drop a", &m, &err), PB_OK);
+    pb_mask_free(m);
+}
+
+static void config_file(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/pb-test-mask-ini-XXXXXX";
+    int fd = mkstemp(path);
+    const char *ini = "[relay]\nsink = stdout\n[mask]\n"
+                      "order.created = drop customer.ssn, last4 card.number ; a comment\n"
+                      "* = drop headers:x-ip\n";
+    assert_int_equal(write(fd, ini, strlen(ini)), (ssize_t)strlen(ini));
+    close(fd);
+    pb_config_t cfg;
+    pb_error_t err;
+    pb_config_init(&cfg);
+    assert_int_equal(pb_config_load_file(&cfg, path, &err), PB_OK);
+    assert_int_equal(cfg.n_masks, 2);
+    assert_string_equal(cfg.mask_types[0], "order.created");
+    assert_string_equal(cfg.mask_rules[0], "drop customer.ssn, last4 card.number");
+    assert_string_equal(cfg.mask_types[1], "*");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    pb_config_write(&cfg, f);
+    fclose(f);
+    assert_non_null(strstr(text, "[mask]\norder.created = drop customer.ssn, last4 card.number\n"
+                                 "* = drop headers:x-ip\n"));
+    free(text);
+    pb_config_free(&cfg);
+
+    /* a bad rule names the file, the line and the rule */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    ini = "[mask]\norder.created = drop a\norder.paid = drop b;last4 c\n";
+    assert_int_equal(write(fd, ini, strlen(ini)), (ssize_t)strlen(ini));
+    close(fd);
+    pb_config_init(&cfg);
+    assert_int_equal(pb_config_load_file(&cfg, path, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, ":3: [mask] order.paid: rule 1"));
+    assert_non_null(strstr(err.msg, "separated by ','"));
+    pb_config_free(&cfg);
+    unlink(path);
+}
+
+int main(void)
+{
+    memset(key131, 0xaa, sizeof key131);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(rule_syntax),
+        cmocka_unit_test(nested_paths),
+        cmocka_unit_test(arrays),
+        cmocka_unit_test(missing_fields),
+        cmocka_unit_test(non_string_values),
+        cmocka_unit_test(hmac_rfc4231),
+        cmocka_unit_test(precedence_and_every_type),
+        cmocka_unit_test(headers_rules),
+        cmocka_unit_test(invalid_json),
+        cmocka_unit_test(event_masked_and_restored),
+        cmocka_unit_test(key_file_rules),
+        cmocka_unit_test(config_file),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
