@@ -937,6 +937,8 @@ pb_status_t pb_mask_rewrite(const pb_mask_t *m, const char *event_type, bool hea
                             pb_error_t *why)
 {
     *changed = false;
+    if (!json)
+        json = "";
     const rule_t *set[PB_MASK_MAX_RULES];
     size_t n = collect(m, event_type, headers, set);
     rw_t w = {.start = json, .p = json, .end = json + len, .out = out, .rules = set, .m = m,
@@ -979,7 +981,9 @@ bool pb_mask_event(const pb_mask_t *m, pb_event_t *ev, pb_masked_t *keep, pb_res
         return false;
     }
     bool payload_changed = changed;
-    if (ev->headers &&
+    /* no headers (NULL or blank) hold nothing to mask */
+    bool has_headers = ev->headers && ev->headers[strspn(ev->headers, " \t\r\n")];
+    if (has_headers &&
         pb_mask_rewrite(m, ev->event_type, true, ev->headers, strlen(ev->headers), &keep->headers,
                         &changed, &why) != PB_OK) {
         pb_result_setf(result, PB_OUT_REJECT, "headers cannot be masked by the [mask] rules of "
@@ -987,7 +991,7 @@ bool pb_mask_event(const pb_mask_t *m, pb_event_t *ev, pb_masked_t *keep, pb_res
                        ev->event_type, why.msg);
         return false;
     }
-    bool headers_changed = ev->headers && changed;
+    bool headers_changed = has_headers && changed;
     if (!payload_changed && !headers_changed)
         return true;
     keep->active = true;

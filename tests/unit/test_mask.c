@@ -358,6 +358,17 @@ static void event_masked_and_restored(void **state)
     assert_ptr_equal(ev.payload, broken);
     pb_mask_restore(&ev, &keep);
 
+    /* no headers, or blank ones: nothing to mask there */
+    const char *blanks[] = {NULL, "", " \n"};
+    for (int i = 0; i < 3; i++) {
+        ev = (pb_event_t){.event_type = "order.created", .payload = payload,
+                          .payload_len = strlen(payload), .headers = blanks[i]};
+        assert_true(pb_mask_event(m, &ev, &keep, &res));
+        assert_ptr_equal(ev.headers, blanks[i]);
+        assert_string_equal(ev.payload, "{\"card\":\"************1111\",\"n\":1}");
+        pb_mask_restore(&ev, &keep);
+    }
+
     /* another type: left alone, even when it is not JSON */
     ev = (pb_event_t){.event_type = "order.paid", .payload = broken,
                       .payload_len = strlen(broken)};
