@@ -97,6 +97,12 @@ size_t pb_text_copy(char *dst, size_t dstsz, const char *src)
     const unsigned char *u = (const unsigned char *)(src ? src : "");
     size_t o = 0;
     while (*u) {
+        if (*u >= 0x20 && *u < 0x80) { /* printable ASCII, most of every text: no decoding */
+            if (o + 1 >= dstsz)
+                break;
+            dst[o++] = (char)*u++;
+            continue;
+        }
         size_t len = utf8_sequence(u, strnlen((const char *)u, 4));
         bool bad = len == 0 || (len == 1 && *u < 0x20 && *u != '\t');
         size_t out = bad ? 1 : len;

@@ -82,6 +82,7 @@ typedef struct cdc_capture {
     char drain_nonce[33]; /* the content of this relay's own drain marker */
     pb_emit_key_t emit_key; /* verifies the messages of postbox.emit */
     uint64_t n_rejected;
+    bool had_events; /* the last batch from next was not empty */
     pb_buf_t ids;
     /* Marking relayed rows published runs asynchronously on conn while the next batches are
      * published; a batch's LSN is confirmed once its rows are marked. */
@@ -560,9 +561,12 @@ static pb_status_t cdc_next(pb_capture_t *cap, pb_capture_batch_t *out, pb_error
         r->ahead_st = PB_OK;
         return st;
     }
-    pb_status_t st = fill(r, IDLE_TICK_MS, false, err);
+    /* right after a batch, an empty stream returns at once: the driver learns that the backlog
+     * is through (--drain writes its marker then) instead of after a whole idle tick */
+    pb_status_t st = fill(r, r->had_events ? 0 : IDLE_TICK_MS, false, err);
     if (st != PB_OK)
         return st;
+    r->had_events = r->b->n > 0;
     if (r->b->n == 0) {
         /* the marks catch up; rows that were not visible yet get another try */
         if ((st = flush_marks(r, err)) != PB_OK)
