@@ -9,6 +9,7 @@
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "consume/hold.h"
 #include "inbox/inbox.h"
 #include "metrics/metrics.h"
 #include "metrics/service.h"
@@ -19,12 +20,6 @@
 #define STATS_INTERVAL_MS 10000
 #define RECEIVE_TICK_MS 500
 
-/* A failed message held back (unacknowledged) until its redelivery time. */
-typedef struct held {
-    uint64_t tag;
-    int64_t due_ms;
-} held_t;
-
 /* One PostgreSQL connection with its share of each batch. Messages of one aggregate always go
  * to the same lane, so lanes run their transactions in parallel without reordering an
  * aggregate. */
@@ -32,6 +27,7 @@ typedef struct lane {
     PGconn *conn;
     pb_inbox_t ib;
     pb_message_t *msgs;
+    uint8_t *flags;
     pb_inbox_verdict_t *verdicts;
     size_t *index; /* each message's position in the batch */
     size_t n;
@@ -49,10 +45,11 @@ typedef struct consumer {
     pb_source_t *src;
     bool src_up;
     int src_attempt;
-    pb_message_t *msgs;
+    pb_message_t *msgs; /* the batch: held messages that go on, then fresh ones */
+    uint8_t *flags;     /* PB_INBOX_* per message of the batch */
     pb_inbox_verdict_t *verdicts;
-    held_t *held;
-    size_t n_held, cap_held;
+    uint64_t *acks;
+    pb_hold_t *hold; /* failed messages and what waits behind them, unacknowledged */
     pb_inbox_counts_t counts, stats_counts;
     int64_t stats_at;
 } consumer_t;
@@ -75,7 +72,7 @@ static void drop_pg(consumer_t *c)
 static void drop_source(consumer_t *c)
 {
     c->src_up = false;
-    c->n_held = 0;
+    pb_hold_clear(c->hold);
 }
 
 static void nap(consumer_t *c, int64_t ms)
@@ -160,57 +157,23 @@ static pb_status_t connect_source(consumer_t *c, pb_error_t *err)
     return pb_fail(err, PB_TRANSIENT, "interrupted while waiting for the broker");
 }
 
-/* Gives back the held messages whose redelivery time has come. */
-static pb_status_t release_due(consumer_t *c, pb_error_t *err)
-{
-    int64_t now = pb_monotonic_ms();
-    size_t kept = 0;
-    for (size_t i = 0; i < c->n_held; i++) {
-        if (c->held[i].due_ms > now) {
-            c->held[kept++] = c->held[i];
-            continue;
-        }
-        if (c->src->ops->requeue(c->src, c->held[i].tag, err) != PB_OK) {
-            drop_source(c);
-            return PB_TRANSIENT;
-        }
-    }
-    c->n_held = kept;
-    return PB_OK;
-}
-
-static int64_t next_due_in(const consumer_t *c)
-{
-    int64_t wait = RECEIVE_TICK_MS, now = pb_monotonic_ms();
-    for (size_t i = 0; i < c->n_held; i++)
-        if (c->held[i].due_ms - now < wait)
-            wait = c->held[i].due_ms - now;
-    return wait < 0 ? 0 : wait;
-}
-
-static void hold(consumer_t *c, uint64_t tag, int64_t delay_ms)
-{
-    if (c->n_held == c->cap_held) {
-        c->cap_held = c->cap_held ? c->cap_held * 2 : 64;
-        c->held = pb_realloc(c->held, c->cap_held * sizeof *c->held);
-    }
-    c->held[c->n_held++] = (held_t){tag, pb_monotonic_ms() + delay_ms};
-}
-
-/* After the commit: acknowledge what is settled, hold back what is to be retried. */
+/* After the commit: acknowledges what is settled; pb_hold_settle kept the rest. */
 static pb_status_t acknowledge(consumer_t *c, size_t n, pb_error_t *err)
 {
-    bool all_ack = c->n_held == 0;
-    for (size_t i = 0; i < n && all_ack; i++)
-        all_ack = c->verdicts[i].action == PB_INBOX_ACK;
-    if (all_ack) /* one frame for the whole batch */
-        return c->src->ops->ack(c->src, c->msgs[n - 1].tag, true, err);
-    for (size_t i = 0; i < n; i++) {
-        if (c->verdicts[i].action == PB_INBOX_REQUEUE) {
-            hold(c, c->msgs[i].tag, c->verdicts[i].delay_ms);
-            continue;
-        }
-        pb_status_t st = c->src->ops->ack(c->src, c->msgs[i].tag, false, err);
+    size_t n_acks;
+    pb_hold_settle(c->hold, c->msgs, c->verdicts, n, pb_monotonic_ms(), c->acks, &n_acks);
+    if (n_acks == 0)
+        return PB_OK;
+    if (n_acks == n && pb_hold_count(c->hold) == 0) {
+        /* nothing unacknowledged before the batch's last tag: one frame for all of it */
+        uint64_t last = 0;
+        for (size_t i = 0; i < n_acks; i++)
+            if (c->acks[i] > last)
+                last = c->acks[i];
+        return c->src->ops->ack(c->src, last, true, err);
+    }
+    for (size_t i = 0; i < n_acks; i++) {
+        pb_status_t st = c->src->ops->ack(c->src, c->acks[i], false, err);
         if (st != PB_OK)
             return st;
     }
@@ -251,7 +214,7 @@ static void *run_lane(void *arg)
 {
     lane_t *lane = arg;
     lane->counts = (pb_inbox_counts_t){0};
-    lane->st = lane->n ? pb_inbox_handle(&lane->ib, lane->msgs, lane->n, lane->verdicts,
+    lane->st = lane->n ? pb_inbox_handle(&lane->ib, lane->msgs, lane->flags, lane->n, lane->verdicts,
                                          &lane->counts, &lane->err)
                        : PB_OK;
     return NULL;
@@ -267,6 +230,7 @@ static pb_status_t handle_in_lanes(consumer_t *c, size_t n, pb_error_t *err)
     for (size_t i = 0; i < n; i++) {
         lane_t *lane = &c->lanes[c->n_lanes > 1 ? lane_of(&c->msgs[i], c->n_lanes) : 0];
         lane->msgs[lane->n] = c->msgs[i];
+        lane->flags[lane->n] = c->flags[i];
         lane->index[lane->n++] = i;
     }
     pthread_t threads[16];
@@ -287,7 +251,7 @@ static pb_status_t handle_in_lanes(consumer_t *c, size_t n, pb_error_t *err)
         for (size_t j = 0; j < lane->n; j++)
             c->verdicts[lane->index[j]] = lane->st == PB_OK
                                               ? lane->verdicts[j]
-                                              : (pb_inbox_verdict_t){PB_INBOX_REQUEUE, 0};
+                                              : (pb_inbox_verdict_t){PB_INBOX_REQUEUE, 0, 0};
         if (lane->st == PB_OK) {
             sum.processed += lane->counts.processed;
             sum.duplicates += lane->counts.duplicates;
@@ -307,25 +271,31 @@ static pb_status_t handle_in_lanes(consumer_t *c, size_t n, pb_error_t *err)
     return worst;
 }
 
-/* *idle: the receive came back empty and no failed message waits for its redelivery. */
+/* *idle: the receive came back empty and no message is held. */
 static pb_status_t consume_batch(consumer_t *c, bool *idle, pb_error_t *err)
 {
     const pb_config_t *cfg = c->cfg;
-    size_t n = 0;
+    size_t cap = (size_t)cfg->consume_batch_size;
+    int64_t now = pb_monotonic_ms();
+    size_t k = pb_hold_take(c->hold, c->msgs, c->flags, cap, now);
+    /* at the bound of what may be held, no fresh messages until held ones go (the source still
+     * gets the call: it keeps the held messages alive at the broker) */
+    bool full = pb_hold_count(c->hold) >= (size_t)cfg->consume_max_held;
+    size_t room = full ? 0 : cap - k;
+    int64_t wait = k || full ? 0 : pb_hold_wait_ms(c->hold, now, RECEIVE_TICK_MS);
+    size_t n_fresh = 0;
     pb_error_t src_err;
-    if (release_due(c, &src_err) != PB_OK) {
+    if (c->src->ops->receive(c->src, c->msgs + k, room, wait, k ? 0 : cfg->consume_batch_wait,
+                             &n_fresh, &src_err) != PB_OK) {
         log_warn(FAC, "%s broker connection lost: %s", c->src->ops->name, src_err.msg);
+        drop_source(c); /* the held messages too: they come again */
         return PB_OK;
     }
-    if (c->src->ops->receive(c->src, c->msgs, (size_t)cfg->consume_batch_size, next_due_in(c),
-                             cfg->consume_batch_wait, &n, &src_err) != PB_OK) {
-        log_warn(FAC, "%s broker connection lost: %s", c->src->ops->name, src_err.msg);
-        drop_source(c);
-        if (n == 0)
-            return PB_OK;
-    }
+    size_t n = pb_hold_admit(c->hold, c->msgs, c->flags, k, n_fresh, now);
     if (n == 0) {
-        *idle = c->src_up && c->n_held == 0;
+        *idle = c->src_up && n_fresh == 0 && pb_hold_count(c->hold) == 0;
+        if (full)
+            nap(c, pb_hold_wait_ms(c->hold, pb_monotonic_ms(), RECEIVE_TICK_MS));
         return PB_OK;
     }
     int64_t t_received = pb_monotonic_ms();
@@ -344,13 +314,14 @@ static pb_status_t consume_batch(consumer_t *c, bool *idle, pb_error_t *err)
                  c->src->ops->name, src_err.msg);
         drop_source(c);
     }
-    return st; /* PB_TRANSIENT: a lane lost its connection (its messages were given back) */
+    return st; /* PB_TRANSIENT: a lane lost its connection (its messages are held for a retry) */
 }
 
 static void free_lanes(consumer_t *c)
 {
     for (int l = 0; l < c->n_lanes; l++) {
         free(c->lanes[l].msgs);
+        free(c->lanes[l].flags);
         free(c->lanes[l].verdicts);
         free(c->lanes[l].index);
     }
@@ -370,12 +341,16 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
         return st;
     size_t cap = (size_t)cfg->consume_batch_size;
     c.msgs = pb_malloc(cap * sizeof *c.msgs);
+    c.flags = pb_malloc(cap * sizeof *c.flags);
     c.verdicts = pb_malloc(cap * sizeof *c.verdicts);
+    c.acks = pb_malloc(cap * sizeof *c.acks);
+    c.hold = pb_hold_new(cfg->consume_gap_timeout);
     c.n_lanes = (int)cfg->consume_lanes;
     c.lanes = pb_malloc((size_t)c.n_lanes * sizeof *c.lanes);
     memset(c.lanes, 0, (size_t)c.n_lanes * sizeof *c.lanes);
     for (int l = 0; l < c.n_lanes; l++) {
         c.lanes[l].msgs = pb_malloc(cap * sizeof *c.lanes[l].msgs);
+        c.lanes[l].flags = pb_malloc(cap * sizeof *c.lanes[l].flags);
         c.lanes[l].verdicts = pb_malloc(cap * sizeof *c.lanes[l].verdicts);
         c.lanes[l].index = pb_malloc(cap * sizeof *c.lanes[l].index);
     }
@@ -385,7 +360,10 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
         pb_source_free(c.src);
         free_lanes(&c);
         free(c.msgs);
+        free(c.flags);
         free(c.verdicts);
+        free(c.acks);
+        pb_hold_free(c.hold);
         return st;
     }
 
@@ -423,7 +401,9 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
     pb_source_free(c.src);
     free_lanes(&c);
     free(c.msgs);
+    free(c.flags);
     free(c.verdicts);
-    free(c.held);
+    free(c.acks);
+    pb_hold_free(c.hold);
     return st;
 }

@@ -27,6 +27,7 @@ enum msg_state {
     ST_DUP,     /* in the inbox already, or earlier in this batch */
     ST_DONE,    /* handler ran */
     ST_FAILED,  /* handler (or the inbox insert) failed: errors[i] */
+    ST_HELD,    /* not run: an earlier message of its aggregate failed */
 };
 
 /* One statement records the whole batch: the ids it returns are the new ones. ON CONFLICT goes
@@ -66,6 +67,9 @@ static const char claim_sql[] =
     "VALUES ($1, $2, $3, NULL) ON CONFLICT DO NOTHING RETURNING 1";
 static const char done_sql[] =
     "UPDATE postbox.inbox SET processed_at = now() WHERE consumer = $1 AND message_id = $2";
+/* The rows of messages held back behind a failure, claimed with the batch. */
+static const char release_many_sql[] =
+    "DELETE FROM postbox.inbox WHERE consumer = $1 AND message_id = ANY($2::text[])";
 static const char clear_sql[] =
     "DELETE FROM postbox.inbox_failures WHERE consumer = $1 AND message_id = ANY($2::text[])";
 
@@ -97,6 +101,8 @@ pb_status_t pb_inbox_init(pb_inbox_t *ib, PGconn *conn, const pb_config_t *cfg, 
         (st = prepare(conn, "pb_inbox_fail", fail_sql, 0, NULL, "prepare inbox failure", err)) ||
         (st = prepare(conn, "pb_inbox_dead", dead_sql, 0, NULL, "prepare inbox dead letter", err)) ||
         (st = prepare(conn, "pb_inbox_clear", clear_sql, 0, NULL, "prepare inbox clear", err)) ||
+        (st = prepare(conn, "pb_inbox_release_many", release_many_sql, 0, NULL,
+                      "prepare inbox release", err)) ||
         (st = prepare(conn, "pb_inbox_claim", claim_sql, 0, NULL, "prepare inbox claim", err)) ||
         (st = prepare(conn, "pb_inbox_done", done_sql, 0, NULL, "prepare inbox done", err)))
         goto fail;
@@ -162,6 +168,28 @@ static void clean_error(char *dst, size_t n, const char *prefix, const char *msg
     size_t len = pb_text_copy(dst, n, whole);
     while (len && dst[len - 1] == ' ')
         dst[--len] = '\0';
+}
+
+static bool same_text(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+bool pb_inbox_same_aggregate(const pb_message_t *a, const pb_message_t *b)
+{
+    return a->aggregate_id && b->aggregate_id && strcmp(a->aggregate_id, b->aggregate_id) == 0 &&
+           same_text(a->aggregate_type, b->aggregate_type);
+}
+
+/* Message i failed: the later messages of its aggregate that were to run wait behind it. */
+static void hold_behind(pb_inbox_t *ib, const pb_message_t *msgs, size_t n, size_t i)
+{
+    if (!msgs[i].aggregate_id)
+        return;
+    for (size_t j = i + 1; j < n; j++)
+        if ((ib->state[j] == ST_NEW || ib->state[j] == ST_FAILED) &&
+            pb_inbox_same_aggregate(&msgs[i], &msgs[j]))
+            ib->state[j] = ST_HELD;
 }
 
 static int compare_strings(const void *a, const void *b)
@@ -372,6 +400,7 @@ static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t
         *next = sent_idx[failed_at] + 1;
         for (size_t s = (size_t)failed_at + 1; s < n_sent; s++)
             ib->state[sent_idx[s]] = ST_NEW;
+        hold_behind(ib, msgs, n, sent_idx[failed_at]);
         return PB_OK;
     }
     *next = resume;
@@ -564,13 +593,39 @@ static pb_status_t clear_failures(pb_inbox_t *ib, const pb_message_t *msgs, size
     return st;
 }
 
+/* Gives back the inbox rows of the messages held behind a failure (claimed with the batch), so
+ * that they are not taken for duplicates when they run. */
+static pb_status_t release_held(pb_inbox_t *ib, const pb_message_t *msgs, size_t n, pb_error_t *err)
+{
+    pb_buf_t *b = &ib->scratch;
+    pb_buf_reset(b);
+    pb_buf_putc(b, '{');
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ib->state[i] != ST_HELD)
+            continue;
+        if (k++)
+            pb_buf_putc(b, ',');
+        pb_buf_append_array_text(b, msgs[i].message_id);
+    }
+    pb_buf_putc(b, '}');
+    if (k == 0)
+        return PB_OK;
+    const char *params[2] = {ib->cfg->consume_consumer, b->data};
+    PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_release_many", 2, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(ib->conn, res, PGRES_COMMAND_OK, "release held inbox rows", err);
+    if (st == PB_OK)
+        PQclear(res);
+    return st;
+}
+
 static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
                                 pb_inbox_verdict_t *verdicts, pb_inbox_counts_t *counts,
                                 bool savepoints, bool *aborted, pb_error_t *err)
 {
     pb_status_t st;
     for (size_t i = 0; i < n; i++) {
-        verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_ACK, 0};
+        verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_ACK, 0, 0};
         ib->errors[i][0] = '\0';
         ib->state[i] = msgs[i].message_id && *msgs[i].message_id ? ST_NEW : ST_NO_ID;
         ib->handler_of[i] = find_handler(ib, msgs[i].type);
@@ -587,6 +642,9 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t
             clean_error(ib->errors[i], sizeof ib->errors[i], "", why);
         }
     }
+    for (size_t i = 0; i < n; i++)
+        if (ib->state[i] == ST_FAILED)
+            hold_behind(ib, msgs, n, i);
     for (size_t next = 0; next < n && !*aborted;)
         if ((st = run_pipeline(ib, msgs, n, &next, savepoints, aborted, err)) != PB_OK)
             return st;
@@ -620,10 +678,15 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t
                                      err)) != PB_OK)
                 return st;
             break;
+        case ST_HELD:
+            verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_HOLD, 0, 0};
+            break;
         default:
             break;
         }
     }
+    if ((st = release_held(ib, msgs, n, err)) != PB_OK)
+        return st;
     return clear_failures(ib, msgs, n, err);
 }
 
@@ -668,6 +731,15 @@ static pb_status_t run_handler_alone(pb_inbox_t *ib, const pb_message_t *m, int 
     return pb_pg_exec(ib->conn, "COMMIT", err);
 }
 
+/* Whether an earlier message of msgs[i]'s aggregate failed or is held (commit_inbox_first). */
+static bool behind_failure(const pb_message_t *msgs, const pb_inbox_verdict_t *verdicts, size_t i)
+{
+    for (size_t j = 0; msgs[i].aggregate_id && j < i; j++)
+        if (verdicts[j].action != PB_INBOX_ACK && pb_inbox_same_aggregate(&msgs[i], &msgs[j]))
+            return true;
+    return false;
+}
+
 /* commit_inbox_first: for handlers with effects outside the database. Each message: commit the
  * inbox row, then run the handler in its own transaction. A crash in between leaves the row, so
  * the redelivery is taken as a duplicate: the handler runs at most once, never twice. A handler
@@ -679,7 +751,11 @@ static pb_status_t handle_commit_first(pb_inbox_t *ib, const pb_message_t *msgs,
     pb_status_t st;
     for (size_t i = 0; i < n; i++) {
         const pb_message_t *m = &msgs[i];
-        verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_ACK, 0};
+        verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_ACK, 0, 0};
+        if (behind_failure(msgs, verdicts, i)) {
+            verdicts[i].action = PB_INBOX_HOLD;
+            continue;
+        }
         if (!m->message_id || !*m->message_id) {
             if ((st = pb_pg_exec(ib->conn, "BEGIN", err)) != PB_OK ||
                 (st = settle_failure(ib, m, ST_NO_ID, "message has no id", &verdicts[i], counts,
@@ -722,10 +798,11 @@ static pb_status_t handle_commit_first(pb_inbox_t *ib, const pb_message_t *msgs,
     return PB_OK;
 }
 
-pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
+pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, const uint8_t *flags, size_t n,
                             pb_inbox_verdict_t *verdicts, pb_inbox_counts_t *counts,
                             pb_error_t *err)
 {
+    (void)flags; /* sequence numbers: later */
     if (n == 0)
         return PB_OK;
     reserve(ib, n);
@@ -743,7 +820,7 @@ pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
         }
         if (committed) {
             for (size_t i = 0; i < n; i++)
-                verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_ACK, 0};
+                verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_ACK, 0, 0};
             counts->processed += n;
             return PB_OK;
         }

@@ -26,12 +26,23 @@
 typedef enum pb_inbox_action {
     PB_INBOX_ACK = 0,   /* handled, duplicate or dead-lettered: acknowledge */
     PB_INBOX_REQUEUE,   /* handler failed, will be tried again after delay_ms */
+    PB_INBOX_HOLD,      /* not handled (nothing of it committed): an earlier message of its
+                         * aggregate failed in this batch, or (expected > 0) the aggregate's
+                         * sequence number `expected` has not been handled yet */
 } pb_inbox_action_t;
 
 typedef struct pb_inbox_verdict {
     pb_inbox_action_t action;
-    int64_t delay_ms; /* REQUEUE: when to give it back to the broker */
+    int64_t delay_ms; /* REQUEUE: when to try it again */
+    int64_t expected; /* HOLD: the sequence number its aggregate waits for, 0 if none */
 } pb_inbox_verdict_t;
+
+/* Per-message flags of pb_inbox_handle. */
+#define PB_INBOX_SKIP_GAP 1 /* the missing sequence numbers before this message are given up */
+
+/* True when a and b belong to one aggregate (both have an aggregate_id): the messages of one
+ * aggregate are handled in their order, a failed one holds back the later ones. */
+bool pb_inbox_same_aggregate(const pb_message_t *a, const pb_message_t *b);
 
 typedef struct pb_inbox_counts {
     uint64_t processed;  /* handler ran and committed */
@@ -74,8 +85,10 @@ static inline void pb_inbox_set_wait(pb_inbox_t *ib, void (*fn)(void *arg, int p
 
 /* Handles msgs[0..n) in one transaction and commits. verdicts[i] says what to tell the broker
  * about msgs[i] once this returned PB_OK. On an error nothing was committed: acknowledge nothing
- * (PB_TRANSIENT: the connection is gone, reconnect). */
-pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
+ * (PB_TRANSIENT: the connection is gone, reconnect). The messages of one aggregate must come in
+ * their order; a message of an aggregate whose earlier message fails in this batch is not run
+ * (PB_INBOX_HOLD). flags (NULL: none) holds PB_INBOX_* flags per message. */
+pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, const uint8_t *flags, size_t n,
                             pb_inbox_verdict_t *verdicts, pb_inbox_counts_t *counts,
                             pb_error_t *err) PB_MUSTCHECK;
 

@@ -29,6 +29,7 @@
 
 #include "broker/amqp/conn.h"
 #include "common/clock.h"
+#include "common/event.h"
 #include "common/log.h"
 #include "common/str.h"
 #include "broker/amqp/url.h"
@@ -368,7 +369,15 @@ static void take_properties(amqp_source_t *s, const amqp_basic_properties_t *p, 
         m->type = text_copy(s, p->type);
     else
         m->type = field_copy(s, pb_amqp_table_find(headers, "event_type"), false);
+    m->aggregate_type = field_copy(s, pb_amqp_table_find(headers, "aggregate_type"), false);
     m->aggregate_id = field_copy(s, pb_amqp_table_find(headers, "aggregate_id"), true);
+    char num[24];
+    const char *seq_text;
+    size_t seq_len;
+    m->sequence = pb_amqp_field_text(pb_amqp_table_find(headers, PB_SEQUENCE_HEADER), true, num,
+                                     sizeof num, &seq_text, &seq_len)
+                      ? pb_source_sequence(seq_text, seq_len)
+                      : 0;
 
     m->timestamp = 0;
     if (p && (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG))
@@ -511,6 +520,7 @@ static size_t take_pending(amqp_source_t *s, pb_message_t *msgs, size_t max)
         pb_message_t m = s->pending[k + i];
         m.message_id = keep_copy(s, m.message_id);
         m.type = keep_copy(s, m.type);
+        m.aggregate_type = keep_copy(s, m.aggregate_type);
         m.aggregate_id = keep_copy(s, m.aggregate_id);
         m.routing_key = keep_copy(s, m.routing_key);
         m.exchange = keep_copy(s, m.exchange);

@@ -13,9 +13,9 @@
  * pb_message_t.tag is a sequence number of this source (never reused, also not across
  * reconnects); the natsMsg stays alive in a tag-ordered table until it is acknowledged or
  * requeued (the consumer may hold a failed message unacknowledged across later receives and
- * requeue it when its backoff is over). While a message is held, each receive sends
- * "in progress" for it every ack_wait/2, so the server does not redeliver it behind the
- * consumer's back. requeue is a nak: the server redelivers at once (the consumer has waited the
+ * retry it when its backoff is over). While a message is held, receive sends "in progress"
+ * for it every ack_wait/4 (and waits no longer than until the next one is due), so the server
+ * does not redeliver it behind the consumer's back. requeue is a nak: the server redelivers at once (the consumer has waited the
  * backoff already). Acknowledged messages are destroyed at the next receive, so the strings of
  * the last batch stay valid as promised in source.h.
  *
@@ -35,6 +35,7 @@
 #include <nats/nats.h>
 
 #include "common/clock.h"
+#include "common/event.h"
 #include "common/log.h"
 #include "broker/nats/conn.h"
 #include "common/str.h"
@@ -43,6 +44,7 @@
 #define FAC "source.nats"
 #define MSGID_HDR "Nats-Msg-Id"
 #define TYPE_HDR "event_type"
+#define AGGREGATE_TYPE_HDR "aggregate_type"
 #define AGGREGATE_ID_HDR "aggregate_id"
 #define NS_PER_MS INT64_C(1000000)
 #define API_WAIT_MS 5000
@@ -332,10 +334,17 @@ fail:
 
 /* ---- receiving ------------------------------------------------------------------------------ */
 
-/* Keeps held messages from being redelivered: "in progress" every ack_wait/2. */
+/* How often a held message gets "in progress": well within ack_wait, as a receive may come
+ * late by a batch's handling time. */
+static int64_t keep_alive_every(const nats_source_t *s)
+{
+    return s->base.cfg->nats_ack_wait / 4;
+}
+
+/* Keeps held messages from being redelivered: "in progress" every keep_alive_every. */
 static pb_status_t keep_alive(nats_source_t *s, int64_t now, pb_error_t *err)
 {
-    int64_t every = s->base.cfg->nats_ack_wait / 2;
+    int64_t every = keep_alive_every(s);
     for (size_t i = s->head; i < s->len; i++) {
         entry_t *e = &s->ent[i];
         if (!e->msg || now - e->progress_ms < every)
@@ -443,7 +452,7 @@ static void put_text(nats_source_t *s, const char *str, bool json)
 /* Where a message's strings start in s->text (pointers are set once the batch is complete,
  * because the buffer may move while it grows). SIZE_MAX: none / points into the message. */
 typedef struct offsets {
-    size_t headers, message_id, type, aggregate_id, subject;
+    size_t headers, message_id, type, aggregate_type, aggregate_id, subject;
 } offsets_t;
 
 static void take_message(nats_source_t *s, natsMsg *m, pb_message_t *out, offsets_t *off)
@@ -485,6 +494,16 @@ static void take_message(nats_source_t *s, natsMsg *m, pb_message_t *out, offset
         put_text(s, v, false);
         pb_buf_putc(&s->text, '\0');
     }
+    v = NULL;
+    off->aggregate_type = SIZE_MAX;
+    if (natsMsgHeader_Get(m, AGGREGATE_TYPE_HDR, &v) == NATS_OK && v && *v) {
+        off->aggregate_type = text_offset(s);
+        put_text(s, v, false);
+        pb_buf_putc(&s->text, '\0');
+    }
+    v = NULL;
+    if (natsMsgHeader_Get(m, PB_SEQUENCE_HEADER, &v) == NATS_OK && v)
+        out->sequence = pb_source_sequence(v, strlen(v));
     v = NULL;
     off->aggregate_id = SIZE_MAX;
     if (natsMsgHeader_Get(m, AGGREGATE_ID_HDR, &v) == NATS_OK && v && *v) {
@@ -554,6 +573,12 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
         return st;
     if (max == 0)
         return PB_OK;
+    /* back in time for the next "in progress" of a held message */
+    for (size_t i = s->head; i < s->len; i++)
+        if (s->ent[i].msg && s->ent[i].progress_ms + keep_alive_every(s) - now < wait_ms)
+            wait_ms = s->ent[i].progress_ms + keep_alive_every(s) - now;
+    if (wait_ms < 0)
+        wait_ms = 0;
 
     natsMsg **got = pb_malloc(max * sizeof *got);
     size_t ngot = 0;
@@ -588,6 +613,8 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
         msgs[i].headers = s->text.data + off[i].headers;
         msgs[i].message_id = off[i].message_id == SIZE_MAX ? NULL : s->text.data + off[i].message_id;
         msgs[i].type = off[i].type == SIZE_MAX ? NULL : s->text.data + off[i].type;
+        msgs[i].aggregate_type =
+            off[i].aggregate_type == SIZE_MAX ? NULL : s->text.data + off[i].aggregate_type;
         msgs[i].aggregate_id =
             off[i].aggregate_id == SIZE_MAX ? NULL : s->text.data + off[i].aggregate_id;
         if (off[i].subject != SIZE_MAX)

@@ -2,6 +2,19 @@
 
 #include <string.h>
 
+int64_t pb_source_sequence(const char *text, size_t len)
+{
+    int64_t v = 0;
+    if (!text || len == 0 || len > 18)
+        return 0; /* 18 digits cannot overflow */
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] < '0' || text[i] > '9')
+            return 0;
+        v = v * 10 + (text[i] - '0');
+    }
+    return v;
+}
+
 pb_status_t pb_source_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err)
 {
     *out = NULL;

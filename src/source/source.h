@@ -18,7 +18,9 @@ typedef struct pb_message {
     uint64_t tag;            /* opaque: what ack/requeue take (a stale one fails, never acks another) */
     const char *message_id;  /* message_id property or consume.message_id_header; NULL if none */
     const char *type;        /* type property, else header "event_type"; NULL if none */
-    const char *aggregate_id; /* header "aggregate_id" (order key of consume lanes); NULL if none */
+    const char *aggregate_type; /* header "aggregate_type"; NULL if none */
+    const char *aggregate_id; /* header "aggregate_id"; NULL if none. With aggregate_type the
+                               * order key: one aggregate's messages are handled in order */
     int64_t sequence;        /* header PB_SEQUENCE_HEADER (common/event.h), 0 if none or invalid */
     const char *routing_key;
     const char *exchange;
@@ -70,6 +72,10 @@ struct pb_source {
     const pb_source_ops_t *ops;
     const pb_config_t *cfg; /* borrowed; outlives the source */
 };
+
+/* The value of header PB_SEQUENCE_HEADER, text[0..len) in decimal: a number from 1 up, else 0
+ * (none or not a sequence number). For every source. */
+int64_t pb_source_sequence(const char *text, size_t len);
 
 /* Creates the source named by cfg->consume_source, unconnected. */
 pb_status_t pb_source_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err) PB_MUSTCHECK;

@@ -1,0 +1,66 @@
+/* The consumer's hold-back: keeps each aggregate's messages in order whatever fails.
+ *
+ * A message whose handler failed is kept here (unacknowledged, a copy of it) until its retry is
+ * due, and the later messages of its aggregate wait behind it, neither handled nor
+ * acknowledged; a message ahead of the next expected sequence number of its aggregate waits for
+ * the missing ones (or for consume.gap_timeout). Other aggregates go on. The order key is the
+ * aggregate (headers aggregate_type and aggregate_id); a message without aggregate_id is its own
+ * aggregate, so it is only retried after its backoff, as before.
+ *
+ * The consumer's loop with it, per batch:
+ *   k = pb_hold_take(h, batch, flags, cap, now)            held messages whose aggregate may go on
+ *   receive up to cap - k fresh messages into batch + k
+ *   n = pb_hold_admit(h, batch, flags, k, n_fresh, now)    fresh ones of held aggregates stay here
+ *   the inbox handles batch[0..n) and gives a verdict per message
+ *   pb_hold_settle(h, batch, verdicts, n, now, acks, &n_acks)  what to acknowledge; the rest held
+ * The batch is sorted per aggregate by sequence number (then arrival), so each aggregate's
+ * messages reach the inbox in order. Messages handed out by pb_hold_take stay owned by h: their
+ * strings are valid until pb_hold_settle.
+ *
+ * Memory: what is held is bounded by the caller (pb_hold_count against consume.max_held: at the
+ * bound the consumer takes no fresh messages until a held one is released).
+ *
+ * @thread loop: the consumer's thread only. */
+#ifndef PB_CONSUME_HOLD_H
+#define PB_CONSUME_HOLD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "inbox/inbox.h"
+#include "source/source.h"
+
+typedef struct pb_hold pb_hold_t;
+
+/* gap_timeout_ms: how long an aggregate waits for a missing sequence number before its held
+ * messages go on without it (PB_INBOX_SKIP_GAP); 0: never wait. */
+pb_hold_t *pb_hold_new(int64_t gap_timeout_ms);
+void pb_hold_free(pb_hold_t *h);
+
+/* Messages held now. */
+size_t pb_hold_count(const pb_hold_t *h);
+
+/* Forgets every held message: the broker connection is gone and redelivers them. */
+void pb_hold_clear(pb_hold_t *h);
+
+/* Puts into out[0..) (at most cap) the held messages whose aggregate may go on now: a retry
+ * that is due and what waits behind it, an aggregate whose missing message arrived or whose gap
+ * timed out (its first message gets PB_INBOX_SKIP_GAP in flags). Returns how many. */
+size_t pb_hold_take(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t cap, int64_t now);
+
+/* out[k..k+n) are fresh messages: those whose aggregate has messages held here are copied and
+ * kept (they go on when their aggregate does), the others stay in the batch. Then sorts
+ * out[0..) per aggregate by sequence number, then arrival. Returns the batch's new length. */
+size_t pb_hold_admit(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t k, size_t n,
+                     int64_t now);
+
+/* After the inbox committed batch[0..n) with verdicts v: puts the tags to acknowledge in acks
+ * (room for n), keeps the messages to retry or to hold (copies of the fresh ones). */
+void pb_hold_settle(pb_hold_t *h, const pb_message_t *batch, const pb_inbox_verdict_t *v,
+                    size_t n, int64_t now, uint64_t *acks, size_t *n_acks);
+
+/* Milliseconds until a held message may go on (0: now), at most max. */
+int64_t pb_hold_wait_ms(const pb_hold_t *h, int64_t now, int64_t max);
+
+#endif
