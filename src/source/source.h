@@ -1,7 +1,18 @@
 /* The source interface: the consuming side of a broker (amqp.c, later nats, ...).
  *
  * The consumer owns the source and calls it from its one thread. A source hands out batches of
- * messages and acknowledges them when told; it never decides about the database. */
+ * messages and acknowledges them when told; it never decides about the database.
+ *
+ * Acknowledgements come in any order and late: the consumer keeps a failed message, and the
+ * later messages of its aggregate, unacknowledged across any number of receives (copies of
+ * them: the strings need not outlive the next receive) and acknowledges each by its tag when it
+ * is done, while later messages of other aggregates are acknowledged at once. So a source must
+ * keep every tag valid until it is acknowledged or requeued or the source reconnects; keep
+ * such messages from being redelivered behind the consumer's back where the broker would after
+ * a timeout (NATS: "in progress" within ack_wait); and, where the broker only takes a position
+ * (a Kafka offset, say), never commit past the oldest message not acknowledged yet. receive
+ * is called at least every 500 ms while messages are held, also with max = 0 when the consumer
+ * takes no new ones (at consume.max_held), so a source can do such upkeep there. */
 #ifndef PB_SOURCE_SOURCE_H
 #define PB_SOURCE_SOURCE_H
 
@@ -48,10 +59,12 @@ typedef struct pb_source_ops {
     pb_status_t (*receive)(pb_source_t *src, pb_message_t *msgs, size_t max, int64_t wait_ms,
                            int64_t batch_wait_ms, size_t *n, pb_error_t *err);
 
-    /* Acknowledges tag (and with multiple every earlier unacknowledged tag). */
+    /* Acknowledges tag (and with multiple every earlier unacknowledged tag: the consumer uses
+     * it only when it holds nothing back). */
     pb_status_t (*ack)(pb_source_t *src, uint64_t tag, bool multiple, pb_error_t *err);
 
-    /* Returns tag to the queue for redelivery (requeue) . */
+    /* Returns tag to the queue for redelivery (requeue). The consumer retries failed messages
+     * itself; it requeues only what it gives up on before exiting. */
     pb_status_t (*requeue)(pb_source_t *src, uint64_t tag, pb_error_t *err);
 
     /* Optional (NULL: none). Called while the consumer waits for the database: decodes the
