@@ -9,11 +9,11 @@
 
 #define FAC "relay"
 
-/* The first keys of the three advisory locks (shards.h); the second key is the shard (member:
- * relay.shards). */
-#define MEMBER_KEY "hashtext('postbox.relay.member')"
-#define SHARD_KEY "hashtext('postbox.relay.shard')"
-#define GUARD_KEY "hashtext('postbox.relay.guard')"
+/* The first keys of the three advisory locks (shards.h), random per schema
+ * (sql/008_hardening.sql); the second key is the shard (member: relay.shards). */
+#define MEMBER_KEY "(SELECT member FROM postbox.relay_lock_keys)"
+#define SHARD_KEY "(SELECT shard FROM postbox.relay_lock_keys)"
+#define GUARD_KEY "(SELECT guard FROM postbox.relay_lock_keys)"
 
 /* pg_locks shows a two-int4 advisory lock as classid = key1 (as an oid), objid = key2,
  * objsubid = 2. */

@@ -2,9 +2,10 @@
  *
  * Every event belongs to shard hash(aggregate_type/aggregate_id) % relay.shards. A shard is
  * relayed by the one instance that holds its session advisory lock (key pair
- * hashtext('postbox.relay.shard'), shard), so all events of an aggregate pass through one
+ * postbox.relay_lock_keys.shard, shard: the first keys are random per schema, so a session that
+ * cannot read that table cannot take them in advance), so all events of an aggregate pass through one
  * instance at a time, in id order. Instances announce themselves with a shared lock on
- * (hashtext('postbox.relay.member'), shards); each takes up to its fair share,
+ * (relay_lock_keys.member, shards); each takes up to its fair share,
  * ceil(shards / instances), and gives away the excess so that a newcomer gets work. A shard
  * whose owner dies is free the moment PostgreSQL ends its session, and the next balance round
  * of another instance takes it. With relay.shards = 1 this is the single active relay with hot
@@ -14,7 +15,7 @@
  * while a session of the previous owner may still write to them (a settle of a relay that died,
  * still running in its backend; a relay of an older postbox, which claimed on several sessions).
  * Every session of an owner (the poll capture has one) holds a shared "guard" lock
- * (hashtext('postbox.relay.guard'), shard), and a new owner uses a shard only once it could take
+ * (relay_lock_keys.guard, shard), and a new owner uses a shard only once it could take
  * that guard exclusively for a moment: when no session of the previous owner is left. */
 #ifndef PB_RELAY_SHARDS_H
 #define PB_RELAY_SHARDS_H

@@ -23,7 +23,7 @@ one_owner() { [[ $(relays) =~ ^[0-9]+:0,1,2,3,4,5,6,7$ ]]; }
 
 # ---- phase 0: the fence: a shard whose previous owner still has a session is not relayed -----------
 # A session that holds the guard of shard 0 stands for the last session of a relay that died.
-psql -XAtq -d "$POSTBOX_PG_DSN" -c "SELECT true FROM pg_advisory_lock_shared(hashtext('postbox.relay.guard'), 0)" \
+psql -XAtq -d "$POSTBOX_PG_DSN" -c "SELECT true FROM pg_advisory_lock_shared((SELECT guard FROM postbox.relay_lock_keys), 0)" \
     -c "SELECT pg_sleep(4)" >/dev/null &
 GUARD=$!
 PB_PIDS+=("$GUARD")
