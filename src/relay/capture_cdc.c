@@ -82,7 +82,8 @@ typedef struct cdc_capture {
     char drain_nonce[33]; /* the content of this relay's own drain marker */
     pb_emit_key_t emit_key; /* verifies the messages of postbox.emit */
     uint64_t n_rejected;
-    bool had_events; /* the last batch from next was not empty */
+    bool had_events;       /* the last batch from next was not empty */
+    int64_t last_event_at; /* when the stream last gave events (or opened) */
     pb_buf_t ids;
     /* Marking relayed rows published runs asynchronously on conn while the next batches are
      * published; a batch's LSN is confirmed once its rows are marked. */
@@ -179,6 +180,7 @@ static pb_status_t open_stream(cdc_capture_t *r, pb_error_t *err)
     if (st == PB_OK) {
         r->streaming = true;
         r->said_standby = false;
+        r->last_event_at = pb_monotonic_ms();
         return PB_OK;
     }
     if (r->stream.in_use_elsewhere) {
@@ -512,6 +514,9 @@ static pb_status_t cdc_drained(pb_capture_t *cap, bool *done, pb_error_t *err)
     PGresult *res = PQexecParams(r->conn, "SELECT postbox.emit_drain_marker($1)", 1, NULL, params,
                                  NULL, NULL, 0);
     pb_status_t st = pb_pg_check(r->conn, res, PGRES_TUPLES_OK, "write the drain marker", err);
+    if (st == PB_FATAL && pb_monotonic_ms() - r->last_event_at < IDLE_TICK_MS)
+        return PB_OK; /* the error once the stream has had nothing for a tick: what was
+                       * committed before is relayed first */
     if (st != PB_OK)
         return st;
     PQclear(res);
@@ -567,6 +572,8 @@ static pb_status_t cdc_next(pb_capture_t *cap, pb_capture_batch_t *out, pb_error
     if (st != PB_OK)
         return st;
     r->had_events = r->b->n > 0;
+    if (r->had_events)
+        r->last_event_at = pb_monotonic_ms();
     if (r->b->n == 0) {
         /* the marks catch up; rows that were not visible yet get another try */
         if ((st = flush_marks(r, err)) != PB_OK)
