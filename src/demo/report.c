@@ -142,7 +142,10 @@ typedef struct row_printer {
 static void row(row_printer_t *p, const char *label, const char *figure, bool good,
                 const char *note)
 {
-    fprintf(p->out, "  %-36s %14s  %s %s\n", label, figure, good ? "  " : "<-", note);
+    if (good && !*note)
+        fprintf(p->out, "  %-36s %14s\n", label, figure);
+    else
+        fprintf(p->out, "  %-36s %14s  %s %s\n", label, figure, good ? "  " : "<-", note);
     if (!good)
         p->ok = false;
 }

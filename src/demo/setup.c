@@ -1,6 +1,7 @@
 /* postbox demo: the throwaway database, postbox's schema in it, the producer's schema `orders`
  * and the consumer service's schema `shipping`, whose SQL handler records every effect. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/event.h"
@@ -99,6 +100,16 @@ pb_status_t demo_db_recreate(const char *server_dsn, const char *dbname, pb_erro
     pb_status_t st = pb_pg_connect(server_dsn, &conn, err);
     if (st != PB_OK)
         return pb_fail(err, st, "cannot connect to postgresql: %s", err->msg);
+    if (strcmp(PQdb(conn), dbname) == 0) { /* a database cannot drop itself: go through postgres */
+        PQfinish(conn);
+        char *dsn;
+        if ((st = demo_dsn_for(server_dsn, "postgres", &dsn, err)) != PB_OK)
+            return st;
+        st = pb_pg_connect(dsn, &conn, err);
+        free(dsn);
+        if (st != PB_OK)
+            return pb_fail(err, st, "cannot connect to database \"postgres\": %s", err->msg);
+    }
     char *ident = PQescapeIdentifier(conn, dbname, strlen(dbname));
     if (!ident) {
         st = pb_fail(err, PB_FATAL, "database name \"%s\": %s", dbname, PQerrorMessage(conn));
