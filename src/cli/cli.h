@@ -17,6 +17,7 @@ typedef struct pb_cli {
     bool drain;                  /* relay --drain */
     bool reference;              /* config --reference */
     bool sample;                 /* config --sample */
+    bool print_grants;           /* init --print-grants */
     const char *subcommand;      /* second word, for commands that have them (cdc drop-slot) */
     volatile sig_atomic_t *stop; /* set by SIGTERM / SIGINT */
     char **args;                 /* status, dlq, purge, demo: the command's own arguments */

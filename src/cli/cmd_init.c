@@ -33,6 +33,10 @@ static void report_emit_lock(pb_emit_lock_t lock, const char *capture)
 
 int pb_cmd_init(pb_cli_t *cli)
 {
+    if (cli->print_grants) {
+        pb_grants_write(stdout, &cli->cfg);
+        return PB_EXIT_OK;
+    }
     pb_error_t err;
     PGconn *conn;
     if (pb_pg_connect(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {

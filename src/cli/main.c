@@ -36,6 +36,8 @@ static void usage(FILE *out)
           "\n"
           "commands:\n"
           "  init            create or upgrade the postbox schema (idempotent)\n"
+          "      --print-grants  print the SQL of the least-privilege roles postbox_producer,\n"
+          "                  postbox_relay and postbox_consumer instead (see README)\n"
           "  relay           publish committed events until SIGTERM/SIGINT (the batch in flight\n"
           "                  is finished first, exit 0)\n"
           "      --drain     exit 0 once no pending event is left (cdc: once the stream has\n"
@@ -160,6 +162,8 @@ int main(int argc, char **argv)
             cli.reference = true;
         } else if (strcmp(a, "--sample") == 0) {
             cli.sample = true;
+        } else if (strcmp(a, "--print-grants") == 0) {
+            cli.print_grants = true;
         } else if (command && has_own_args(command)) {
             cli.args[cli.n_args++] = argv[i];
         } else if (a[0] == '-') {

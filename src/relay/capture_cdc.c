@@ -152,18 +152,36 @@ static pb_status_t exec(cdc_capture_t *r, const char *sql, pb_error_t *err)
     return pb_pg_exec(r->conn, sql, err);
 }
 
+/* Whether the trigger of cdc.delete_after_insert is on postbox.outbox. */
+static pb_status_t trigger_present(cdc_capture_t *r, bool *present, pb_error_t *err)
+{
+    PGresult *res = PQexec(r->conn, "SELECT count(*) FROM pg_trigger WHERE tgrelid = "
+                                    "'postbox.outbox'::regclass AND tgname = 'outbox_cdc_delete'");
+    pb_status_t st = pb_pg_check(r->conn, res, PGRES_TUPLES_OK, "look for the cdc delete trigger",
+                                 err);
+    if (st != PB_OK)
+        return st;
+    *present = strcmp(PQgetvalue(res, 0, 0), "0") != 0;
+    PQclear(res);
+    return PB_OK;
+}
+
 static pb_status_t connect_conn(cdc_capture_t *r, pb_error_t *err)
 {
     pb_status_t st = pb_pg_connect_retry(r->base.cfg->postgres_dsn, r->base.cfg->relay_reconnect_cap,
                                          r->base.stop, &r->conn, err);
     if (st != PB_OK)
         return st;
-    /* the trigger that keeps the outbox empty follows the configuration */
-    st = r->base.cfg->cdc_delete_after_insert
-             ? exec(r, "CREATE OR REPLACE TRIGGER outbox_cdc_delete AFTER INSERT ON postbox.outbox "
-                       "FOR EACH ROW EXECUTE FUNCTION postbox.delete_inserted_row()", err)
-             : exec(r, "SET client_min_messages = warning; "
-                       "DROP TRIGGER IF EXISTS outbox_cdc_delete ON postbox.outbox", err);
+    /* the trigger that keeps the outbox empty follows the configuration; changed only when it
+     * differs, which needs the outbox's owner (a least-privilege relay finds it in place) */
+    bool present;
+    st = trigger_present(r, &present, err);
+    if (st == PB_OK && present != r->base.cfg->cdc_delete_after_insert)
+        st = present ? exec(r, "DROP TRIGGER IF EXISTS outbox_cdc_delete ON postbox.outbox", err)
+                     : exec(r, "CREATE OR REPLACE TRIGGER outbox_cdc_delete AFTER INSERT ON "
+                               "postbox.outbox FOR EACH ROW EXECUTE FUNCTION "
+                               "postbox.delete_inserted_row()",
+                            err);
     if (st == PB_OK)
         st = pb_emit_key_load(r->conn, &r->emit_key, err);
     if (st != PB_OK) {

@@ -7,6 +7,12 @@
 #include <stdio.h>
 
 #include "common/err.h"
+#include "config/config.h"
+
+/* The group roles of pb_grants_write. */
+#define PB_ROLE_PRODUCER "postbox_producer"
+#define PB_ROLE_RELAY "postbox_relay"
+#define PB_ROLE_CONSUMER "postbox_consumer"
 
 typedef enum pb_emit_lock {
     PB_EMIT_LOCK_REVOKED,       /* revoked from PUBLIC just now */
@@ -23,5 +29,12 @@ extern const char pb_grants_emit_message_sql[];
  * role is a superuser; says in *out what it found and did. */
 pb_status_t pb_grants_lock_emit_message(PGconn *conn, pb_emit_lock_t *out,
                                         pb_error_t *err) PB_MUSTCHECK;
+
+/* Writes the SQL (`postbox init --print-grants`) that creates the group roles postbox_producer
+ * (enqueue, emit, capture triggers), postbox_relay (its tables; with relay.capture = cdc also the
+ * publication and the trigger of cdc.delete_after_insert, which need the outbox's owner) and
+ * postbox_consumer (the inbox tables) and grants them what postbox needs, nothing more. To be
+ * run by the schema owner after `postbox init`. */
+void pb_grants_write(FILE *out, const pb_config_t *cfg);
 
 #endif

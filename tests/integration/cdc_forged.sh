@@ -7,23 +7,22 @@
 #    granted back to the forger), the forger writes fake events with the prefix: unsigned, with
 #    a made-up signature, and with a signature copied onto another event. The relay publishes
 #    none of them and logs each as rejected, while the events of postbox.emit, called by a
-#    producer role granted it, are published.
+#    producer role granted it (postbox_producer), are published by a relay running as a member
+#    of postbox_relay.
 source "$(dirname "$0")/lib.sh"
 
 FORGER=pb_cdc_forged_forger
-PRODUCER=pb_cdc_forged_producer
 psql_admin() { psql -XAtq -v ON_ERROR_STOP=1 -d "$PB_ADMIN_DSN" -c "$1" >/dev/null; }
-on_exit "psql -XAtq -d '$PB_ADMIN_DSN' -c 'DROP DATABASE IF EXISTS $PB_DB WITH (FORCE)' -c 'DROP ROLE IF EXISTS $FORGER' -c 'DROP ROLE IF EXISTS $PRODUCER' >/dev/null 2>&1 || true"
-for r in $FORGER $PRODUCER; do
-    psql_admin "DROP ROLE IF EXISTS $r" 2>/dev/null || true
-    psql_admin "CREATE ROLE $r LOGIN"
-done
+on_exit "psql -XAtq -d '$PB_ADMIN_DSN' -c 'DROP DATABASE IF EXISTS $PB_DB WITH (FORCE)' -c 'DROP ROLE IF EXISTS $FORGER' >/dev/null 2>&1 || true"
+psql_admin "DROP ROLE IF EXISTS $FORGER" 2>/dev/null || true
+psql_admin "CREATE ROLE $FORGER LOGIN"
 
 out=$("$POSTBOX_BIN" init 2>&1) || fail "postbox init failed: $out"
 grep -q 'revoked EXECUTE on pg_logical_emit_message from PUBLIC' <<<"$out" ||
     fail "postbox init (superuser) did not report revoking pg_logical_emit_message: $out"
-psql_q "GRANT USAGE ON SCHEMA postbox TO $PRODUCER;
-        GRANT EXECUTE ON FUNCTION postbox.emit(text, text, text, jsonb, jsonb, text, text) TO $PRODUCER" >/dev/null
+# the relay runs as a member of postbox_relay, the producer as one of postbox_producer
+use_least_privilege --set relay.capture=cdc
+PRODUCER=pb_it_producer
 setup_queue '#'
 cdc_use_slot
 cdc_create_slot

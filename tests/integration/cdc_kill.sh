@@ -25,6 +25,7 @@ BATCH=${PB_KILL_BATCH:-100}
 if [[ $BROKER != amqp ]]; then TXNS=800 BATCH=${PB_KILL_BATCH:-50}; fi
 total=$((N_AGG * TXNS))
 pb_init
+use_least_privilege --set relay.capture=cdc # the relay: postbox_relay, REPLICATION
 [[ $BROKER != amqp ]] || setup_queue '#'
 cdc_use_slot
 # The slot must exist before the events are written, or they are not in its stream.

@@ -48,7 +48,9 @@ produce_rolled_back() {
 }
 
 pb_init
-psql_q "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL)"
+use_least_privilege # relay and consumer as members of postbox_relay / postbox_consumer
+psql_q "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL);
+        GRANT SELECT, INSERT, UPDATE ON balance TO pb_it_consumer" # the handler's own grant
 # the queue exists and is bound before the relay publishes (the consumer's declaration matches it)
 setup_queue '#'
 start_consumer

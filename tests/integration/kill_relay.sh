@@ -17,6 +17,7 @@ BATCH=${PB_KILL_BATCH:-100}
 # relay is done before the third kill
 [[ $BROKER != redis ]] || BATCH=${PB_KILL_BATCH:-20}
 pb_init
+use_least_privilege # the relay runs as a member of postbox_relay
 [[ $BROKER != amqp ]] || setup_queue '#'
 rolled_back() { # events enqueued in a transaction that rolls back (payload marker "rolled_back")
     psql_q "BEGIN; SELECT count(postbox.enqueue('order', 'agg-' || a, 'created.v1', '{\"rolled_back\": true}'))

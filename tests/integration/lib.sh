@@ -152,6 +152,47 @@ pb_init() { # postbox init; fails the test when it fails
     out=$("$POSTBOX_BIN" init 2>&1) || fail "postbox init failed: $out"
 }
 
+# ---- least-privilege roles ------------------------------------------------------------------
+# use_least_privilege [GLOBAL OPTIONS]: after pb_init, applies `postbox [OPTIONS] init
+# --print-grants` (as the superuser that ran init) and makes the relay and the consumer of this
+# test connect as the login roles pb_it_relay (member of postbox_relay, REPLICATION for cdc) and
+# pb_it_consumer (member of postbox_consumer): start_relay and start_consumer pass --dsn with
+# them unless the caller gives one. pb_it_producer (member of postbox_producer) is there for
+# producers (PB_PRODUCER_DSN). The login roles are cluster-wide and shared by the tests (created
+# when missing, never dropped); what they may do is granted per database.
+PB_RELAY_DSN= PB_CONSUMER_DSN= PB_PRODUCER_DSN=
+use_least_privilege() {
+    local out
+    out=$("$POSTBOX_BIN" "$@" init --print-grants) || fail "postbox init --print-grants failed"
+    psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" -c 'SET client_min_messages = warning' \
+        -f - <<<"$out" >/dev/null || fail "the SQL of postbox init --print-grants failed"
+    psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" -f - >/dev/null <<'EOF' || fail "cannot create the test's login roles"
+SET client_min_messages = warning;
+DO $$
+DECLARE r text[];
+BEGIN
+    FOREACH r SLICE 1 IN ARRAY ARRAY[['pb_it_relay', 'postbox_relay'], ['pb_it_consumer', 'postbox_consumer'],
+                                     ['pb_it_producer', 'postbox_producer']] LOOP
+        BEGIN
+            EXECUTE format('CREATE ROLE %I LOGIN', r[1]);
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        END;
+        IF NOT pg_has_role(r[1], r[2], 'USAGE') THEN
+            EXECUTE format('GRANT %I TO %I', r[2], r[1]);
+        END IF;
+    END LOOP;
+    IF NOT (SELECT rolreplication FROM pg_roles WHERE rolname = 'pb_it_relay') THEN
+        ALTER ROLE pb_it_relay REPLICATION;
+    END IF;
+END $$;
+EOF
+    PB_RELAY_DSN=${POSTBOX_PG_DSN/postgres@/pb_it_relay@}
+    PB_CONSUMER_DSN=${POSTBOX_PG_DSN/postgres@/pb_it_consumer@}
+    PB_PRODUCER_DSN=${POSTBOX_PG_DSN/postgres@/pb_it_producer@}
+    [[ $PB_RELAY_DSN != "$POSTBOX_PG_DSN" ]] || fail "POSTBOX_PG_DSN does not name the user postgres: $POSTBOX_PG_DSN"
+    say "relay and consumer connect as pb_it_relay and pb_it_consumer (postbox init --print-grants)"
+}
+
 # Pending: not published and not dead-lettered.
 pending_count() {
     psql_q "SELECT count(*) FROM postbox.outbox o WHERE o.published_at IS NULL
@@ -221,9 +262,18 @@ _split_args() {
     done
 }
 
+# _with_dsn DSN: PRE gets --dsn DSN unless it holds one (or DSN is empty).
+_with_dsn() {
+    [[ -n $1 ]] || return 0
+    local a
+    for a in "${PRE[@]}"; do [[ $a != --dsn ]] || return 0; done
+    PRE=(--dsn "$1" "${PRE[@]}")
+}
+
 start_relay() { # [ARGS...]: postbox relay in the background; RELAY_PID
     local PRE POST
     _split_args "$@"
+    _with_dsn "$PB_RELAY_DSN"
     printf '==== %s: postbox %s relay %s\n' "$(date +%T.%N)" "${PRE[*]}" "${POST[*]}" >>"$PB_RELAY_LOG"
     "$POSTBOX_BIN" "${PRE[@]}" relay "${POST[@]}" >>"$PB_RELAY_OUT" 2>>"$PB_RELAY_LOG" &
     RELAY_PID=$!
@@ -402,8 +452,10 @@ check_cdc_marked() {
 CONSUMER_LOG=$PB_TMP/consumer.log
 CONSUMER_PID=
 start_consumer() { # [ARGS...] global options before the command
+    local PRE=("$@")
+    _with_dsn "$PB_CONSUMER_DSN"
     printf '==== %s: postbox consume\n' "$(date +%T.%N)" >>"$CONSUMER_LOG"
-    "$POSTBOX_BIN" "$@" consume >>"$CONSUMER_LOG" 2>&1 &
+    "$POSTBOX_BIN" "${PRE[@]}" consume >>"$CONSUMER_LOG" 2>&1 &
     CONSUMER_PID=$!
     PB_PIDS+=("$CONSUMER_PID")
 }
