@@ -78,6 +78,39 @@ static void set_mask(pb_config_t *cfg, const char *type, const char *rules)
     set_free_key(&cfg->n_masks, &cfg->mask_types, &cfg->mask_rules, type, rules);
 }
 
+static void free_keys(size_t *n, char ***keys, char ***values)
+{
+    for (size_t i = 0; i < *n; i++) {
+        free((*keys)[i]);
+        free((*values)[i]);
+    }
+    free(*keys);
+    free(*values);
+    *keys = *values = NULL;
+    *n = 0;
+}
+
+/* A librdkafka property: a name of letters, digits, '.', '_' and '-' (librdkafka's own). */
+static pb_status_t set_kafka_property(pb_config_t *cfg, const char *key, const char *value,
+                                      pb_error_t *err)
+{
+    if (!*key || strspn(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+                     strlen(key))
+        return pb_fail(err, PB_FATAL, "kafka.%s: not a librdkafka property name", key);
+    set_free_key(&cfg->n_kafka_props, &cfg->kafka_prop_keys, &cfg->kafka_prop_values, key, value);
+    return PB_OK;
+}
+
+bool pb_config_secret_property(const char *name)
+{
+    static const char *const parts[] = {"password", "secret", "ssl.key.pem", "ssl_key",
+                                        "sasl.oauthbearer.config", "sasl.jaas", "credential"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (strcasestr(name, parts[i]))
+            return true;
+    return false;
+}
+
 const char *pb_config_handler_for(const pb_config_t *cfg, const char *type)
 {
     for (size_t i = 0; type && i < cfg->n_handlers; i++)
@@ -215,22 +248,9 @@ void pb_config_free(pb_config_t *cfg)
     }
     free(cfg->source_file);
     cfg->source_file = NULL;
-    for (size_t i = 0; i < cfg->n_handlers; i++) {
-        free(cfg->handler_types[i]);
-        free(cfg->handler_sql[i]);
-    }
-    free(cfg->handler_types);
-    free(cfg->handler_sql);
-    cfg->handler_types = cfg->handler_sql = NULL;
-    cfg->n_handlers = 0;
-    for (size_t i = 0; i < cfg->n_masks; i++) {
-        free(cfg->mask_types[i]);
-        free(cfg->mask_rules[i]);
-    }
-    free(cfg->mask_types);
-    free(cfg->mask_rules);
-    cfg->mask_types = cfg->mask_rules = NULL;
-    cfg->n_masks = 0;
+    free_keys(&cfg->n_handlers, &cfg->handler_types, &cfg->handler_sql);
+    free_keys(&cfg->n_masks, &cfg->mask_types, &cfg->mask_rules);
+    free_keys(&cfg->n_kafka_props, &cfg->kafka_prop_keys, &cfg->kafka_prop_values);
 }
 
 pb_status_t pb_config_set(pb_config_t *cfg, const char *name, const char *value,
@@ -256,6 +276,8 @@ pb_status_t pb_config_set(pb_config_t *cfg, const char *name, const char *value,
         return PB_OK;
     }
     const option_t *o = find_option(section, dot + 1);
+    if (!o && strcmp(section, PB_CONFIG_KAFKA_SECTION) == 0)
+        return set_kafka_property(cfg, dot + 1, value, err);
     if (!o) {
         if (!known_section(section))
             return pb_fail(err, PB_FATAL, "unknown option \"%s\": no section [%s]", name, section);
@@ -299,6 +321,13 @@ static int on_ini_entry(void *user, const char *section, const char *name, const
         return 1;
     }
     const option_t *o = find_option(section, name);
+    if (!o && strcmp(section, PB_CONFIG_KAFKA_SECTION) == 0) {
+        if (set_kafka_property(ctx->cfg, name, value, ctx->err) != PB_OK) {
+            ctx->failed = true;
+            return 0;
+        }
+        return 1;
+    }
     if (!o) {
         pb_fail(ctx->err, PB_FATAL, "unknown key \"%s\" in section [%s]", name, section);
         ctx->failed = true;
@@ -392,6 +421,15 @@ static void write_value(const pb_config_t *cfg, const option_t *o, FILE *out)
     }
 }
 
+/* The librdkafka properties, secrets redacted, after the last declared kafka option. */
+static void write_kafka_properties(const pb_config_t *cfg, FILE *out)
+{
+    for (size_t i = 0; i < cfg->n_kafka_props; i++)
+        fprintf(out, "%s = %s\n", cfg->kafka_prop_keys[i],
+                pb_config_secret_property(cfg->kafka_prop_keys[i]) ? "***"
+                                                                  : cfg->kafka_prop_values[i]);
+}
+
 void pb_config_write(const pb_config_t *cfg, FILE *out)
 {
     const char *section = NULL;
@@ -403,6 +441,9 @@ void pb_config_write(const pb_config_t *cfg, FILE *out)
         fprintf(out, "%s = ", options[i].key);
         write_value(cfg, &options[i], out);
         fputc('\n', out);
+        bool last_of_section = i + 1 == N_OPTIONS || strcmp(options[i + 1].section, section) != 0;
+        if (last_of_section && strcmp(section, PB_CONFIG_KAFKA_SECTION) == 0)
+            write_kafka_properties(cfg, out);
     }
     if (cfg->n_handlers)
         fprintf(out, "\n[%s]\n", PB_CONFIG_HANDLERS_SECTION);
@@ -443,6 +484,13 @@ void pb_config_write_sample(FILE *out)
         if (o->choices)
             fprintf(out, " (one of %s)", o->choices);
         fprintf(out, "\n; env %s\n%s = %s\n", o->env, o->key, o->dflt);
+        bool last_of_section = i + 1 == N_OPTIONS || strcmp(options[i + 1].section, section) != 0;
+        if (last_of_section && strcmp(section, PB_CONFIG_KAFKA_SECTION) == 0)
+            fputs("; any librdkafka property (CONFIGURATION.md of librdkafka), e.g. for a cluster\n"
+                  "; with SASL over TLS:\n"
+                  "; security.protocol = SASL_SSL\n; sasl.mechanisms = SCRAM-SHA-512\n"
+                  "; sasl.username = postbox\n; sasl.password = ...\n"
+                  "; ssl.ca.location = /etc/ssl/certs/kafka-ca.pem\n", out);
     }
     fprintf(out, "\n[%s]\n; consume: SQL handler per message type, overriding consume.handler, e.g.\n"
                  "; order.paid.v1 = SELECT shipping.on_order_paid($1::jsonb, $2::jsonb)\n",

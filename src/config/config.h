@@ -31,6 +31,12 @@ typedef struct pb_config {
     size_t n_masks;
     char **mask_types;
     char **mask_rules;
+    /* [kafka] keys that are no option above: librdkafka properties ("security.protocol",
+     * "sasl.password", ...), passed to librdkafka as they are, in the order given. Checked by
+     * librdkafka when a Kafka sink or source is made (an unknown one is a fatal error there). */
+    size_t n_kafka_props;
+    char **kafka_prop_keys;
+    char **kafka_prop_values;
 } pb_config_t;
 
 /* Where a value came from, for error messages and `postbox config`. */
@@ -50,6 +56,13 @@ void pb_config_free(pb_config_t *cfg);
 
 /* Section whose keys are free: event type (or "*") = masking rules (relay/mask.h). */
 #define PB_CONFIG_MASK_SECTION "mask"
+
+/* Section whose undeclared keys are librdkafka properties (pb_config_t.kafka_prop_keys). */
+#define PB_CONFIG_KAFKA_SECTION "kafka"
+
+/* Whether a free-form property (a librdkafka one) holds a secret by its name: *password*,
+ * *secret*, private key material, SASL/OAuth configuration. Its value is never printed. */
+bool pb_config_secret_property(const char *name);
 
 /* SQL handler for a message type: the [handlers] entry for it, else consume.handler, else NULL. */
 const char *pb_config_handler_for(const pb_config_t *cfg, const char *type);

@@ -74,6 +74,13 @@ static family_t purged = {"postbox_purged_rows_total", "counter",
                           "rows deleted by retention, by table",
                           {"table", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 
+static family_t broker_errors = {"postbox_broker_errors_total", "counter",
+                                 "errors the broker client reported (failed deliveries, consumer errors), by broker and kind",
+                                 {"broker", "kind"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t consumer_lag = {"postbox_consumer_lag_messages", "gauge",
+                                "messages between the consumer's position and the end of a partition, where the client knows it",
+                                {"topic", "partition"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
+
 static family_t *const families_relay[] = {&published, &publish_errors, &dead_letters_total,
                                            &slot_lag};
 static family_t *const families_consume[] = {&inbox_processed, &inbox_duplicates,
@@ -124,6 +131,8 @@ void pb_metrics_reset(void)
     for (size_t i = 0; i < N_OF(families_consume); i++)
         family_clear(families_consume[i]);
     family_clear(&purged);
+    family_clear(&broker_errors);
+    family_clear(&consumer_lag);
     histogram_t *hs[] = {&latency, &batch_size};
     for (size_t i = 0; i < N_OF(hs); i++) {
         memset(hs[i]->counts, 0, sizeof hs[i]->counts);
@@ -310,6 +319,21 @@ void pb_metrics_purged(const char *table, uint64_t rows)
     add(&purged, table, NULL, (double)rows);
 }
 
+void pb_metrics_broker_error(const char *broker, const char *kind)
+{
+    add(&broker_errors, broker, kind, 1);
+}
+
+void pb_metrics_set_consumer_lag(const char *topic, int32_t partition, int64_t lag)
+{
+    char part[16];
+    snprintf(part, sizeof part, "%d", (int)partition);
+    const char *values[2] = {topic, part};
+    pthread_mutex_lock(&lock);
+    series_of(&consumer_lag, values)->value = (double)lag;
+    pthread_mutex_unlock(&lock);
+}
+
 /* ------------------------------------------------------------------------------------------- */
 
 static void header(pb_buf_t *out, const char *name, const char *type, const char *help)
@@ -391,5 +415,7 @@ void pb_metrics_render(pb_buf_t *out)
             render_family(out, families_consume[i]);
     render_histogram(out, &batch_size);
     render_family(out, &purged);
+    render_family(out, &broker_errors);
+    render_family(out, &consumer_lag);
     pthread_mutex_unlock(&lock);
 }

@@ -67,6 +67,13 @@ void pb_metrics_inbox(const char *consumer, uint64_t processed, uint64_t duplica
 /* Rows deleted by retention; table: "outbox" or "inbox". */
 void pb_metrics_purged(const char *table, uint64_t rows);
 
+/* --- broker clients ------------------------------------------------------------------------ */
+
+/* One error the broker client reported: broker "kafka", kind e.g. "msg_timed_out". */
+void pb_metrics_broker_error(const char *broker, const char *kind);
+/* Messages between a consumer's position and the end of a partition (Kafka's consumer lag). */
+void pb_metrics_set_consumer_lag(const char *topic, int32_t partition, int64_t lag);
+
 /* --- exposition ---------------------------------------------------------------------------- */
 
 /* Appends every metric in the text exposition format 0.0.4 to out. */

@@ -16,6 +16,7 @@ static const struct {
     {"amqp", pb_sink_amqp_new},
     {"nats", pb_sink_nats_new},
     {"redis", pb_sink_redis_new},
+    {"kafka", pb_sink_kafka_new},
     {"stdout", pb_sink_stdout_new},
 };
 

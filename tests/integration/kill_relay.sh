@@ -4,29 +4,55 @@
 # left pending; the number of duplicates is reported. Transactions that enqueue and roll back are
 # mixed into the fill: none of their events may arrive.
 # With PB_KILL_BROKER=redis (redis_kill_relay.sh) the events go to Redis Streams, read back with
-# redis-cli.
+# redis-cli; with PB_KILL_BROKER=kafka (kafka_kill_relay.sh, kafka_cdc_kill.sh) to Kafka, read
+# back by kafka-tool, a plain librdkafka consumer. With PB_KILL_CAPTURE=cdc the relay captures
+# the events through logical replication.
 source "$(dirname "$0")/lib.sh"
-BROKER=${PB_KILL_BROKER:-amqp}
+BROKER=${PB_KILL_BROKER:-amqp} CAPTURE=${PB_KILL_CAPTURE:-poll}
 [[ $BROKER != redis ]] || source "$(dirname "$0")/redis_lib.sh"
+[[ $BROKER != kafka ]] || source "$(dirname "$0")/kafka_lib.sh"
 
 N_AGG=100 PER_AGG=200 KILLS=5
 # Smaller batches than the default make more commits, so more kill points fall between a
 # broker confirm and the commit, and keep the relay busy across all five kills.
 BATCH=${PB_KILL_BATCH:-100}
+DRAIN_BATCH=$BATCH
 # Redis answers an XADD pipeline in well under a millisecond: smaller batches still, or the
 # relay is done before the third kill
-[[ $BROKER != redis ]] || BATCH=${PB_KILL_BATCH:-20}
+[[ $BROKER != redis ]] || BATCH=${PB_KILL_BATCH:-20} DRAIN_BATCH=$BATCH
+# the Kafka sink (the mock keeps nothing on disk) likewise; its drain may go faster
+[[ $BROKER != kafka ]] || BATCH=${PB_KILL_BATCH:-20} DRAIN_BATCH=200
 pb_init
 use_least_privilege # the relay runs as a member of postbox_relay
 [[ $BROKER != amqp ]] || setup_queue '#'
+CAPTURE_ARGS=()
+if [[ $CAPTURE == cdc ]]; then
+    cdc_use_slot
+    cdc_create_slot # before the events are written, or they are not in its stream
+    CAPTURE_ARGS=(--capture cdc)
+fi
 rolled_back() { # events enqueued in a transaction that rolls back (payload marker "rolled_back")
     psql_q "BEGIN; SELECT count(postbox.enqueue('order', 'agg-' || a, 'created.v1', '{\"rolled_back\": true}'))
               FROM generate_series(1, $N_AGG) a; ROLLBACK;" >/dev/null
 }
-for ((k = 1; k <= PER_AGG; k += 50)); do
-    enqueue_seq $N_AGG $k $((k + 49))
+if [[ $CAPTURE == cdc ]]; then
+    # one transaction per seq (100 events): a restarted cdc relay decodes an unconfirmed
+    # transaction from its start, and one of 5,000 events would cost it most of its run
+    psql_q "DO \$\$ BEGIN
+              FOR k IN 1..$PER_AGG LOOP
+                FOR a IN 1..$N_AGG LOOP
+                  PERFORM postbox.enqueue('order', 'agg-' || a, 'created.v1', jsonb_build_object('seq', k));
+                END LOOP;
+                COMMIT;
+              END LOOP;
+            END \$\$"
     rolled_back
-done
+else
+    for ((k = 1; k <= PER_AGG; k += 50)); do
+        enqueue_seq $N_AGG $k $((k + 49))
+        rolled_back
+    done
+fi
 total=$((N_AGG * PER_AGG))
 [[ $(psql_q 'SELECT count(*) FROM postbox.outbox_all') == "$total" ]] || fail "enqueue failed"
 
@@ -45,7 +71,7 @@ for ((i = 1; i <= KILLS; i++)); do
     fi
     ms=$((200 + RANDOM % (max_ms - 199)))
     t0=$(now_ms)
-    start_relay --set relay.batch_size=$BATCH
+    start_relay --set relay.batch_size=$BATCH "${CAPTURE_ARGS[@]}"
     sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
     p1=$(published_count)
     pid_alive "$RELAY_PID" || fail "the relay exited by itself before kill $i"
@@ -62,13 +88,15 @@ done
 say "$busy_kills of $KILLS kills hit the relay while it was publishing"
 ((busy_kills >= KILLS - 1)) || fail "only $busy_kills of $KILLS kills hit a publishing relay; the test did not test much"
 
-relay_drain 300 --set relay.batch_size=$BATCH
+relay_drain 300 --set relay.batch_size=$DRAIN_BATCH "${CAPTURE_ARGS[@]}"
 pending=$(pending_count)
 ((pending == 0)) || fail "$pending event(s) left pending"
 ((total == $(published_count))) || fail "published rows: $(published_count), expected $total (dead letters: $(dead_count))"
 
 if [[ $BROKER == redis ]]; then
     drain_redis "$PB_TMP/got" $total
+elif [[ $BROKER == kafka ]]; then
+    drain_topic "$PB_TMP/got" "$(kafka_topic order)" $total 3000 300
 else
     drain_queue "$PB_TMP/got" $total 3000 300
 fi

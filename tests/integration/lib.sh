@@ -15,7 +15,8 @@
 
 set -euo pipefail
 
-PB_TEST=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
+# PB_TEST_NAME: a script run for another test (exec'd with other settings) names its own
+PB_TEST=${PB_TEST_NAME:-$(basename "${BASH_SOURCE[1]:-$0}" .sh)}
 : "${POSTBOX_SOURCE_DIR:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
 : "${POSTBOX_BIN:?POSTBOX_BIN must name the postbox binary}"
 : "${POSTBOX_AMQP_TOOL:?POSTBOX_AMQP_TOOL must name the amqp-tool binary}"

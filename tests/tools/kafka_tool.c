@@ -1,0 +1,342 @@
+/* kafka-tool: a plain librdkafka client for postbox's tests and benchmarks, written without any
+ * of postbox's code, so that what it reads back is what any Kafka consumer would see.
+ *
+ *   kafka-tool drain BROKERS TOPIC [--expect N] [--idle-ms MS] [--timeout-s S]
+ *       every message of TOPIC (all partitions, from the beginning) to stdout, one line each:
+ *       event_id <TAB> event_type <TAB> topic:partition <TAB> aggregate_type <TAB>
+ *       aggregate_id <TAB> payload (headers as postbox writes them; tabs and line breaks in a
+ *       field become blanks). Stops once N messages arrived and none came for MS (default 2000),
+ *       or after S seconds (default 300: then exit 1 when fewer than N arrived). Partition order
+ *       is kept; partitions are interleaved.
+ *   kafka-tool headers BROKERS TOPIC
+ *       the headers of the first message of TOPIC, one "name=value" line each
+ *   kafka-tool count BROKERS TOPIC
+ *       the number of messages in TOPIC (sum of high - low watermarks over its partitions)
+ *   kafka-tool produce BROKERS TOPIC N [SIZE]
+ *       N messages of SIZE bytes (default 300) with an idempotent producer (acks=all),
+ *       100 keys; prints the rate */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <librdkafka/rdkafka.h>
+
+static const char *progname = "kafka-tool";
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", progname);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(2);
+}
+
+static long parse_long(const char *s, const char *what, long min, long max)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max)
+        die("%s: \"%s\" is not a number in %ld..%ld", what, s, min, max);
+    return v;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void conf_set(rd_kafka_conf_t *conf, const char *k, const char *v)
+{
+    char errstr[512];
+    if (rd_kafka_conf_set(conf, k, v, errstr, sizeof errstr) != RD_KAFKA_CONF_OK)
+        die("%s=%s: %s", k, v, errstr);
+}
+
+static rd_kafka_t *client(rd_kafka_type_t type, const char *brokers)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    conf_set(conf, "bootstrap.servers", brokers);
+    conf_set(conf, "log_level", "3");
+    if (type == RD_KAFKA_CONSUMER) {
+        char group[64];
+        snprintf(group, sizeof group, "kafka-tool-%ld", (long)getpid());
+        conf_set(conf, "group.id", group); /* never joined: partitions are assigned */
+        conf_set(conf, "enable.auto.commit", "false");
+        conf_set(conf, "allow.auto.create.topics", "false");
+    } else {
+        conf_set(conf, "enable.idempotence", "true");
+        conf_set(conf, "acks", "all");
+        conf_set(conf, "linger.ms", "5");
+    }
+    char errstr[512];
+    rd_kafka_t *rk = rd_kafka_new(type, conf, errstr, sizeof errstr);
+    if (!rk)
+        die("cannot create the client: %s", errstr);
+    return rk;
+}
+
+/* The partition count of topic, waiting (up to timeout_s) for it to exist. */
+static int partitions_of(rd_kafka_t *rk, const char *topic, double timeout_s)
+{
+    double until = now_s() + timeout_s;
+    for (;;) {
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+        const struct rd_kafka_metadata *md = NULL;
+        rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, 5000);
+        rd_kafka_topic_destroy(rkt);
+        int n = -1;
+        if (!e && md->topic_cnt == 1 && !md->topics[0].err)
+            n = md->topics[0].partition_cnt;
+        if (md)
+            rd_kafka_metadata_destroy(md);
+        if (n > 0)
+            return n;
+        if (now_s() > until)
+            die("topic %s: not found within %.0f s (%s)", topic, timeout_s,
+                e ? rd_kafka_err2str(e) : "unknown topic");
+        struct timespec ts = {0, 200000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void assign_all(rd_kafka_t *rk, const char *topic, double timeout_s)
+{
+    int n = partitions_of(rk, topic, timeout_s);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n);
+    for (int p = 0; p < n; p++)
+        rd_kafka_topic_partition_list_add(l, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_resp_err_t e = rd_kafka_assign(rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    if (e)
+        die("assign %s: %s", topic, rd_kafka_err2str(e));
+}
+
+static void put_field(const void *p, size_t len)
+{
+    const char *s = p;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        putchar(c == '\t' || c == '\n' || c == '\r' ? ' ' : c);
+    }
+}
+
+static void put_header(rd_kafka_headers_t *h, const char *name)
+{
+    const void *v;
+    size_t len;
+    if (h && rd_kafka_header_get_last(h, name, &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR && v)
+        put_field(v, len);
+}
+
+static int cmd_drain(int argc, char **argv)
+{
+    if (argc < 2)
+        die("usage: drain BROKERS TOPIC [--expect N] [--idle-ms MS] [--timeout-s S]");
+    long expect = 0, idle_ms = 2000, timeout_s = 300;
+    for (int i = 2; i < argc; i++) {
+        if (i + 1 >= argc)
+            die("%s needs a value", argv[i]);
+        if (!strcmp(argv[i], "--expect"))
+            expect = parse_long(argv[++i], "--expect", 0, 1000000000);
+        else if (!strcmp(argv[i], "--idle-ms"))
+            idle_ms = parse_long(argv[++i], "--idle-ms", 1, 3600000);
+        else if (!strcmp(argv[i], "--timeout-s"))
+            timeout_s = parse_long(argv[++i], "--timeout-s", 1, 86400);
+        else
+            die("unknown option %s", argv[i]);
+    }
+    rd_kafka_t *rk = client(RD_KAFKA_CONSUMER, argv[0]);
+    double deadline = now_s() + (double)timeout_s;
+    assign_all(rk, argv[1], (double)timeout_s);
+    long got = 0;
+    double last = now_s();
+    while (now_s() < deadline) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+        if (!m) {
+            if (got >= expect && (now_s() - last) * 1000 >= (double)idle_ms)
+                break;
+            continue;
+        }
+        if (m->err) {
+            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                fprintf(stderr, "%s: %s\n", progname, rd_kafka_message_errstr(m));
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        rd_kafka_headers_t *h = NULL;
+        rd_kafka_message_headers(m, &h);
+        put_header(h, "event_id");
+        putchar('\t');
+        put_header(h, "event_type");
+        printf("\t%s:%d\t", rd_kafka_topic_name(m->rkt), (int)m->partition);
+        put_header(h, "aggregate_type");
+        putchar('\t');
+        put_header(h, "aggregate_id");
+        putchar('\t');
+        put_field(m->payload, m->len);
+        putchar('\n');
+        rd_kafka_message_destroy(m);
+        got++;
+        last = now_s();
+    }
+    fflush(stdout);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    if (got < expect) {
+        fprintf(stderr, "%s: only %ld of %ld messages within %ld s\n", progname, got, expect,
+                timeout_s);
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_headers(int argc, char **argv)
+{
+    if (argc != 2)
+        die("usage: headers BROKERS TOPIC");
+    rd_kafka_t *rk = client(RD_KAFKA_CONSUMER, argv[0]);
+    assign_all(rk, argv[1], 30);
+    double deadline = now_s() + 30;
+    int rc = 1;
+    while (now_s() < deadline) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+        if (!m)
+            continue;
+        if (m->err) {
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        rd_kafka_headers_t *h = NULL;
+        rd_kafka_message_headers(m, &h);
+        const char *name;
+        const void *v;
+        size_t len;
+        for (size_t i = 0; h && rd_kafka_header_get_all(h, i, &name, &v, &len) == 0; i++) {
+            printf("%s=", name);
+            put_field(v, v ? len : 0);
+            putchar('\n');
+        }
+        printf("key=");
+        put_field(m->key, m->key_len);
+        putchar('\n');
+        rd_kafka_message_destroy(m);
+        rc = 0;
+        break;
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    if (rc)
+        fprintf(stderr, "%s: no message in %s within 30 s\n", progname, argv[1]);
+    return rc;
+}
+
+static int cmd_count(int argc, char **argv)
+{
+    if (argc != 2)
+        die("usage: count BROKERS TOPIC");
+    rd_kafka_t *rk = client(RD_KAFKA_CONSUMER, argv[0]);
+    int n = partitions_of(rk, argv[1], 30);
+    int64_t total = 0;
+    for (int p = 0; p < n; p++) {
+        int64_t lo, hi;
+        rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(rk, argv[1], p, &lo, &hi, 10000);
+        if (e)
+            die("watermarks of %s [%d]: %s", argv[1], p, rd_kafka_err2str(e));
+        total += hi - lo;
+    }
+    printf("%" PRId64 "\n", total);
+    rd_kafka_destroy(rk);
+    return 0;
+}
+
+static long delivered, failed;
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    (void)opaque;
+    if (m->err) {
+        if (!failed++)
+            fprintf(stderr, "%s: delivery failed: %s\n", progname, rd_kafka_err2str(m->err));
+    } else {
+        delivered++;
+    }
+}
+
+static int cmd_produce(int argc, char **argv)
+{
+    if (argc < 3 || argc > 4)
+        die("usage: produce BROKERS TOPIC N [SIZE]");
+    long n = parse_long(argv[2], "N", 1, 100000000);
+    long size = argc == 4 ? parse_long(argv[3], "SIZE", 1, 1000000) : 300;
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    conf_set(conf, "bootstrap.servers", argv[0]);
+    conf_set(conf, "enable.idempotence", "true");
+    conf_set(conf, "acks", "all");
+    conf_set(conf, "log_level", "3");
+    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    char errstr[512];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    if (!rk)
+        die("cannot create the producer: %s", errstr);
+    char *payload = malloc((size_t)size);
+    if (!payload)
+        die("out of memory");
+    memset(payload, 'x', (size_t)size);
+    double t0 = now_s();
+    for (long i = 0; i < n; i++) {
+        char key[32];
+        int klen = snprintf(key, sizeof key, "agg-%ld", i % 100);
+        for (;;) {
+            rd_kafka_resp_err_t e = rd_kafka_producev(
+                rk, RD_KAFKA_V_TOPIC(argv[1]), RD_KAFKA_V_KEY(key, (size_t)klen),
+                RD_KAFKA_V_VALUE(payload, (size_t)size), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                RD_KAFKA_V_HEADER("event_id", "x", 1), RD_KAFKA_V_END);
+            if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+                rd_kafka_poll(rk, 10);
+                continue;
+            }
+            if (e)
+                die("produce: %s", rd_kafka_err2str(e));
+            break;
+        }
+        rd_kafka_poll(rk, 0);
+    }
+    rd_kafka_flush(rk, 60000);
+    double t1 = now_s();
+    printf("published %ld in %.3f seconds: %.0f msgs/s (%ld failed)\n", delivered, t1 - t0,
+           (double)delivered / (t1 - t0), failed);
+    free(payload);
+    rd_kafka_destroy(rk);
+    return failed || delivered != n;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s drain|headers|count|produce ...\n", progname);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "drain"))
+        return cmd_drain(argc - 2, argv + 2);
+    if (!strcmp(cmd, "headers"))
+        return cmd_headers(argc - 2, argv + 2);
+    if (!strcmp(cmd, "count"))
+        return cmd_count(argc - 2, argv + 2);
+    if (!strcmp(cmd, "produce"))
+        return cmd_produce(argc - 2, argv + 2);
+    die("unknown command %s (drain, headers, count, produce)", cmd);
+}
