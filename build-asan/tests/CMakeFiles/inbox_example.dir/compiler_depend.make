@@ -1,2 +1,0 @@
-# Empty compiler generated dependencies file for inbox_example.
-# This may be replaced when dependencies are built.

@@ -1,2 +1,0 @@
-# Empty dependencies file for test_amqp_headers.
-# This may be replaced when dependencies are built.

@@ -1,2 +1,0 @@
-# Empty compiler generated dependencies file for test_amqp_url.
-# This may be replaced when dependencies are built.

@@ -1,2 +1,0 @@
-# Empty dependencies file for test_nats_subjects.
-# This may be replaced when dependencies are built.
