@@ -1,0 +1,840 @@
+/* Redis Streams source (hiredis 0.14.1): one consumer of a consumer group on the streams of
+ * redis.streams, one blocking connection.
+ *
+ * At connect the group is created on every stream that lacks it (XGROUP CREATE ... 0 MKSTREAM:
+ * a new group starts at the beginning of the stream, which the relay's bound keeps finite).
+ * Each receive then takes, in this order and up to the batch size:
+ *   1. the entries given back by requeue, claimed again by this consumer (XCLAIM, min-idle 0):
+ *      Redis has no negative acknowledgement, so a requeued entry stays pending on this
+ *      consumer and is handed out again from here;
+ *   2. after a (re)connect, this consumer's own pending entries (XREADGROUP ... 0): delivered
+ *      before the connection was lost and never acknowledged;
+ *   3. entries pending on other consumers of the group (dead ones) for longer than
+ *      redis.claim_idle (XAUTOCLAIM, a cursor per stream, a full pass every claim_idle / 2);
+ *   4. new entries (XREADGROUP ... >), waiting up to wait_ms for the first and up to
+ *      batch_wait_ms more for the rest.
+ * An entry is acknowledged (XACK) only when the consumer core says so, after the PostgreSQL
+ * transaction with its inbox row committed. While the core holds a failed entry back for its
+ * backoff, receive resets the entry's idle time every claim_idle / 3 (XCLAIM ... JUSTID), so no
+ * other consumer claims it meanwhile.
+ *
+ * An entry trimmed from its stream (MAXLEN/MINID) while pending cannot be delivered again:
+ * XAUTOCLAIM and XCLAIM drop it from the group's pending list, and that is logged as a warning.
+ *
+ * pb_message_t: message_id = the entry's event_id field (or consume.message_id_header), type =
+ * event_type, aggregate_id, sequence = PB_SEQUENCE_HEADER, body = payload, headers = the
+ * headers field (a JSON object) with event_type, aggregate_type, aggregate_id, created_at and
+ * the sequence added, routing_key = exchange = the stream, redelivered when the entry was
+ * delivered before, timestamp = the entry id's milliseconds (when Redis stored it).
+ * pb_message_t.tag is a sequence number of this source, never reused; the entries handed out
+ * and not acknowledged are kept in a table indexed by tag - first tag.
+ *
+ * @thread loop: the consumer's thread only. */
+#include "source/source.h"
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+
+#include "broker/redis/conn.h"
+#include "common/clock.h"
+#include "common/event.h"
+#include "common/log.h"
+#include "common/str.h"
+
+#define FAC "source.redis"
+#define MIN_CLAIM_PASS_MS 1000
+#define IDS_PER_COMMAND 500 /* entry ids per XACK / XCLAIM */
+
+/* An entry id, ms-seq. */
+typedef struct entry_id {
+    uint64_t ms, seq;
+} entry_id_t;
+
+/* An entry handed out and not yet acknowledged or requeued. */
+typedef struct outstanding {
+    uint32_t stream;
+    entry_id_t id;
+    int64_t touched_ms; /* its idle time was last reset (delivered, claimed) */
+    bool open;          /* false once acknowledged or requeued */
+} outstanding_t;
+
+typedef struct requeued {
+    uint32_t stream;
+    entry_id_t id;
+} requeued_t;
+
+typedef struct stream_state {
+    char *name;
+    bool history;         /* this consumer's own pending entries are still to be read */
+    entry_id_t history_from;
+    char claim_cursor[48]; /* XAUTOCLAIM cursor; "0-0" starts a pass */
+    int64_t claim_due_ms;  /* next XAUTOCLAIM call */
+} stream_state_t;
+
+typedef struct redis_source {
+    pb_source_t base;
+    redisContext *c; /* NULL while disconnected */
+    pb_redis_server_t srv;
+    char group[256];
+    char consumer[256];
+    stream_state_t *streams;
+    size_t nstreams;
+
+    /* outstanding entries: out[i] has tag first_tag + i */
+    outstanding_t *out;
+    size_t nout, capout;
+    uint64_t first_tag, next_tag;
+
+    requeued_t *again; /* given back by requeue, to be claimed and handed out again */
+    size_t nagain, capagain;
+
+    /* what the strings of the last batch point into, freed at the next receive */
+    redisReply **replies;
+    size_t nreplies, capreplies;
+    char **texts;
+    size_t ntexts, captexts;
+} redis_source_t;
+
+/* ---- small helpers -------------------------------------------------------------------------- */
+
+static void keep_reply(redis_source_t *s, redisReply *r)
+{
+    if (s->nreplies == s->capreplies) {
+        s->capreplies = s->capreplies ? s->capreplies * 2 : 16;
+        s->replies = pb_realloc(s->replies, s->capreplies * sizeof *s->replies);
+    }
+    s->replies[s->nreplies++] = r;
+}
+
+static char *keep_text(redis_source_t *s, char *t)
+{
+    if (s->ntexts == s->captexts) {
+        s->captexts = s->captexts ? s->captexts * 2 : 256;
+        s->texts = pb_realloc(s->texts, s->captexts * sizeof *s->texts);
+    }
+    s->texts[s->ntexts++] = t;
+    return t;
+}
+
+/* Frees what the previous batch's strings pointed into. */
+static void release_batch(redis_source_t *s)
+{
+    for (size_t i = 0; i < s->nreplies; i++)
+        freeReplyObject(s->replies[i]);
+    s->nreplies = 0;
+    for (size_t i = 0; i < s->ntexts; i++)
+        free(s->texts[i]);
+    s->ntexts = 0;
+}
+
+static bool parse_id(const char *text, entry_id_t *id)
+{
+    char *end;
+    id->ms = strtoull(text, &end, 10);
+    if (end == text || *end != '-')
+        return false;
+    const char *q = end + 1;
+    id->seq = strtoull(q, &end, 10);
+    return end != q && *end == '\0';
+}
+
+static void format_id(entry_id_t id, char *buf, size_t n)
+{
+    snprintf(buf, n, "%" PRIu64 "-%" PRIu64, id.ms, id.seq);
+}
+
+static outstanding_t *find(redis_source_t *s, uint64_t tag)
+{
+    if (tag < s->first_tag || tag - s->first_tag >= s->nout)
+        return NULL;
+    outstanding_t *o = &s->out[tag - s->first_tag];
+    return o->open ? o : NULL;
+}
+
+/* Whether the entry is handed out already (an XAUTOCLAIM may return one of our own). */
+static bool is_outstanding(const redis_source_t *s, uint32_t stream, entry_id_t id)
+{
+    for (size_t i = 0; i < s->nout; i++) {
+        const outstanding_t *o = &s->out[i];
+        if (o->open && o->stream == stream && o->id.ms == id.ms && o->id.seq == id.seq)
+            return true;
+    }
+    return false;
+}
+
+/* Drops the closed entries at the front of the table. */
+static void compact(redis_source_t *s)
+{
+    size_t k = 0;
+    while (k < s->nout && !s->out[k].open)
+        k++;
+    if (k == 0)
+        return;
+    memmove(s->out, s->out + k, (s->nout - k) * sizeof *s->out);
+    s->nout -= k;
+    s->first_tag += k;
+}
+
+static uint64_t add_outstanding(redis_source_t *s, uint32_t stream, entry_id_t id)
+{
+    if (s->nout == s->capout) {
+        s->capout = s->capout ? s->capout * 2 : 1024;
+        s->out = pb_realloc(s->out, s->capout * sizeof *s->out);
+    }
+    if (s->nout == 0)
+        s->first_tag = s->next_tag;
+    s->out[s->nout++] = (outstanding_t){stream, id, pb_monotonic_ms(), true};
+    return s->next_tag++;
+}
+
+/* Forgets every outstanding and requeued entry: on a new connection this consumer's pending
+ * entries are read again from the group (history). */
+static void forget_all(redis_source_t *s)
+{
+    s->nout = 0;
+    s->first_tag = s->next_tag;
+    s->nagain = 0;
+    for (size_t i = 0; i < s->nstreams; i++) {
+        s->streams[i].history = true;
+        s->streams[i].history_from = (entry_id_t){0, 0};
+        snprintf(s->streams[i].claim_cursor, sizeof s->streams[i].claim_cursor, "0-0");
+        s->streams[i].claim_due_ms = 0;
+    }
+}
+
+static void drop_connection(redis_source_t *s)
+{
+    if (s->c) {
+        redisFree(s->c);
+        s->c = NULL;
+    }
+}
+
+static pb_status_t lost(redis_source_t *s, const char *what, pb_error_t *err)
+{
+    pb_redis_context_fail(s->c, s->srv.where, what, err);
+    drop_connection(s);
+    err->status = PB_TRANSIENT;
+    return PB_TRANSIENT;
+}
+
+/* Runs a command; an error reply is returned as PB_FATAL or PB_TRANSIENT (then the connection
+ * is dropped, as after a lost connection). */
+static pb_status_t run(redis_source_t *s, const char *what, int argc, const char **argv,
+                       redisReply **reply, pb_error_t *err)
+{
+    pb_status_t st = pb_redis_run(s->c, s->srv.where, what, argc, argv, reply, err);
+    if (st == PB_TRANSIENT)
+        drop_connection(s);
+    return st;
+}
+
+/* ---- connect -------------------------------------------------------------------------------- */
+
+static pb_status_t create_groups(redis_source_t *s, pb_error_t *err)
+{
+    for (size_t i = 0; i < s->nstreams; i++) {
+        const char *argv[] = {"XGROUP", "CREATE", s->streams[i].name, s->group, "0", "MKSTREAM"};
+        redisReply *r = redisCommandArgv(s->c, 6, argv, NULL);
+        if (!r)
+            return lost(s, "XGROUP CREATE", err);
+        bool exists = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9) == 0;
+        if (r->type == REDIS_REPLY_ERROR && !exists) {
+            pb_status_t st = pb_redis_error_transient(r->str) ? PB_TRANSIENT : PB_FATAL;
+            pb_fail(err, st, "redis at %s: creating group \"%s\" on stream \"%s\": %s",
+                    s->srv.where, s->group, s->streams[i].name, r->str);
+            freeReplyObject(r);
+            return st;
+        }
+        if (!exists)
+            log_info(FAC, "created consumer group \"%s\" on stream \"%s\"", s->group,
+                     s->streams[i].name);
+        freeReplyObject(r);
+    }
+    return PB_OK;
+}
+
+static pb_status_t src_connect(pb_source_t *src, pb_error_t *err)
+{
+    redis_source_t *s = (redis_source_t *)src;
+    drop_connection(s);
+    release_batch(s);
+    forget_all(s);
+    pb_status_t st = pb_redis_connect(src->cfg, &s->c, &s->srv, err);
+    if (st != PB_OK)
+        return st;
+    if ((st = create_groups(s, err)) != PB_OK) {
+        drop_connection(s);
+        return st;
+    }
+    log_info(FAC, "consuming %zu stream%s from redis at %s (redis %s) as \"%s\" in group \"%s\"; "
+                  "entries idle for %lld ms on another consumer are claimed",
+             s->nstreams, s->nstreams == 1 ? "" : "s", s->srv.where,
+             s->srv.version[0] ? s->srv.version : "of unknown version", s->consumer, s->group,
+             (long long)src->cfg->redis_claim_idle);
+    return PB_OK;
+}
+
+/* ---- taking entries ------------------------------------------------------------------------- */
+
+/* The value of field `key` in an entry's field array, or NULL. */
+static const redisReply *field(const redisReply *fields, const char *key)
+{
+    for (size_t k = 0; k + 1 < fields->elements; k += 2) {
+        const redisReply *f = fields->element[k];
+        if (f->type == REDIS_REPLY_STRING && strcmp(f->str, key) == 0 &&
+            fields->element[k + 1]->type == REDIS_REPLY_STRING)
+            return fields->element[k + 1];
+    }
+    return NULL;
+}
+
+/* A field as text for SQL: NULL when absent, empty or not UTF-8. */
+static const char *text_field(const redisReply *fields, const char *key)
+{
+    const redisReply *v = field(fields, key);
+    if (!v || !v->len || !pb_utf8_valid(v->str, v->len) || strlen(v->str) != v->len)
+        return NULL;
+    return v->str;
+}
+
+/* The headers the handler sees: the entry's headers object plus the entry's own fields. */
+static const char *headers_of(redis_source_t *s, const redisReply *fields)
+{
+    const redisReply *h = field(fields, "headers");
+    json_t *obj = h ? json_loadb(h->str, h->len, 0, NULL) : NULL;
+    if (!json_is_object(obj)) {
+        json_decref(obj);
+        obj = json_object();
+    }
+    static const char *const own[] = {"event_type", "aggregate_type", "aggregate_id",
+                                      "created_at", PB_SEQUENCE_HEADER};
+    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) {
+        const char *v = text_field(fields, own[k]);
+        if (v && !json_object_get(obj, own[k]))
+            json_object_set_new(obj, own[k], json_string(v));
+    }
+    char *txt = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    return txt ? keep_text(s, txt) : "{}";
+}
+
+/* Fills *m from one entry ([id, [field, value, ...]]) of stream si and records it as
+ * outstanding. False (nothing taken) for an entry without fields (deleted) or a bad id. */
+static bool take_entry(redis_source_t *s, uint32_t si, const redisReply *e, bool redelivered,
+                       pb_message_t *m)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    entry_id_t id;
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+        e->element[0]->type != REDIS_REPLY_STRING || !parse_id(e->element[0]->str, &id))
+        return false;
+    const redisReply *fields = e->element[1];
+    if (fields->type != REDIS_REPLY_ARRAY) {
+        log_warn(FAC, "entry %s of stream \"%s\" was deleted (trimmed) before it was "
+                      "acknowledged: it cannot be delivered again", e->element[0]->str,
+                 s->streams[si].name);
+        return false;
+    }
+    memset(m, 0, sizeof *m);
+    m->tag = add_outstanding(s, si, id);
+    m->message_id = text_field(fields, *cfg->consume_message_id_header
+                                           ? cfg->consume_message_id_header
+                                           : "event_id");
+    m->type = text_field(fields, "event_type");
+    m->aggregate_id = text_field(fields, "aggregate_id");
+    const char *seq = text_field(fields, PB_SEQUENCE_HEADER);
+    if (seq) {
+        char *end;
+        long long v = strtoll(seq, &end, 10);
+        m->sequence = *end == '\0' && v > 0 ? (int64_t)v : 0;
+    }
+    const redisReply *body = field(fields, "payload");
+    m->body = body ? body->str : "";
+    m->body_len = body ? body->len : 0;
+    m->headers = headers_of(s, fields);
+    m->routing_key = m->exchange = s->streams[si].name;
+    m->redelivered = redelivered;
+    m->timestamp = (int64_t)(id.ms / 1000);
+    return true;
+}
+
+/* Takes the entries of one stream's entry array into msgs (up to max in all). */
+static void take_entries(redis_source_t *s, uint32_t si, const redisReply *entries,
+                         bool redelivered, pb_message_t *msgs, size_t max, size_t *n)
+{
+    for (size_t k = 0; k < entries->elements && *n < max; k++)
+        if (take_entry(s, si, entries->element[k], redelivered, &msgs[*n]))
+            (*n)++;
+}
+
+/* The stream index of a stream name in a reply. */
+static long stream_index(const redis_source_t *s, const redisReply *name)
+{
+    if (name->type != REDIS_REPLY_STRING)
+        return -1;
+    for (size_t i = 0; i < s->nstreams; i++)
+        if (strcmp(s->streams[i].name, name->str) == 0)
+            return (long)i;
+    return -1;
+}
+
+/* Takes an XREADGROUP reply ([[stream, entries], ...] or nil). Returns how many entries the
+ * reply held, taken or not. */
+static size_t take_read(redis_source_t *s, redisReply *r, bool redelivered, pb_message_t *msgs,
+                        size_t max, size_t *n)
+{
+    size_t seen = 0;
+    if (r->type != REDIS_REPLY_ARRAY)
+        return 0;
+    for (size_t k = 0; k < r->elements; k++) {
+        const redisReply *pair = r->element[k];
+        if (pair->type != REDIS_REPLY_ARRAY || pair->elements != 2)
+            continue;
+        long si = stream_index(s, pair->element[0]);
+        const redisReply *entries = pair->element[1];
+        if (si < 0 || entries->type != REDIS_REPLY_ARRAY)
+            continue;
+        seen += entries->elements;
+        take_entries(s, (uint32_t)si, entries, redelivered, msgs, max, n);
+    }
+    return seen;
+}
+
+/* Builds "CMD stream group consumer ... ids" in argv (caller-provided, ids formatted into idbuf
+ * of 48 bytes each). */
+typedef struct id_command {
+    const char **argv;
+    char (*idbuf)[48];
+    int argc;
+} id_command_t;
+
+static void id_command_init(id_command_t *cmd, size_t nids)
+{
+    cmd->argv = pb_malloc((nids + 12) * sizeof *cmd->argv);
+    cmd->idbuf = pb_malloc((nids ? nids : 1) * sizeof *cmd->idbuf);
+    cmd->argc = 0;
+}
+
+static void id_command_free(id_command_t *cmd)
+{
+    free(cmd->argv);
+    free(cmd->idbuf);
+}
+
+/* 1. requeued entries: XCLAIM (to this consumer, min-idle 0) hands them out again, up to max. */
+static pb_status_t take_requeued(redis_source_t *s, pb_message_t *msgs, size_t max, size_t *n,
+                                 pb_error_t *err)
+{
+    while (s->nagain && *n < max) {
+        uint32_t si = s->again[0].stream;
+        size_t take = 0, room = max - *n;
+        if (room > IDS_PER_COMMAND)
+            room = IDS_PER_COMMAND;
+        id_command_t cmd;
+        id_command_init(&cmd, room);
+        const char *head[] = {"XCLAIM", s->streams[si].name, s->group, s->consumer, "0"};
+        for (int k = 0; k < 5; k++)
+            cmd.argv[cmd.argc++] = head[k];
+        size_t kept = 0;
+        for (size_t i = 0; i < s->nagain; i++) {
+            if (s->again[i].stream == si && take < room) {
+                format_id(s->again[i].id, cmd.idbuf[take], sizeof cmd.idbuf[take]);
+                cmd.argv[cmd.argc++] = cmd.idbuf[take++];
+            } else {
+                s->again[kept++] = s->again[i];
+            }
+        }
+        s->nagain = kept;
+        redisReply *r = NULL;
+        pb_status_t st = run(s, "XCLAIM", cmd.argc, cmd.argv, &r, err);
+        id_command_free(&cmd);
+        if (st != PB_OK)
+            return st;
+        keep_reply(s, r);
+        size_t before = *n;
+        if (r->type == REDIS_REPLY_ARRAY)
+            take_entries(s, si, r, true, msgs, max, n);
+        if (*n - before < take)
+            log_warn(FAC, "%zu of %zu requeued entries of stream \"%s\" are no longer in the "
+                          "stream (trimmed before they were acknowledged)",
+                     take - (*n - before), take, s->streams[si].name);
+    }
+    return PB_OK;
+}
+
+/* 2. this consumer's own pending entries after a (re)connect: XREADGROUP ... <id>. */
+static pb_status_t take_history(redis_source_t *s, pb_message_t *msgs, size_t max, size_t *n,
+                                pb_error_t *err)
+{
+    for (size_t si = 0; si < s->nstreams && *n < max; si++) {
+        stream_state_t *st_ = &s->streams[si];
+        while (st_->history && *n < max) {
+            char count[24], from[48];
+            snprintf(count, sizeof count, "%zu", max - *n);
+            format_id(st_->history_from, from, sizeof from);
+            const char *argv[] = {"XREADGROUP", "GROUP", s->group, s->consumer, "COUNT", count,
+                                  "STREAMS", st_->name, from};
+            redisReply *r = NULL;
+            pb_status_t st = run(s, "XREADGROUP (pending)", 9, argv, &r, err);
+            if (st != PB_OK)
+                return st;
+            keep_reply(s, r);
+            size_t before = s->nout;
+            size_t seen = take_read(s, r, true, msgs, max, n);
+            if (seen == 0) {
+                st_->history = false;
+                break;
+            }
+            /* next page after the last entry of this one (taken or deleted) */
+            const redisReply *entries = r->element[0]->element[1];
+            const redisReply *last = entries->element[entries->elements - 1];
+            entry_id_t id;
+            if (last->type != REDIS_REPLY_ARRAY || last->elements < 1 ||
+                !parse_id(last->element[0]->str, &id)) {
+                st_->history = false;
+                break;
+            }
+            st_->history_from = id; /* XREADGROUP returns the entries after it */
+            if (s->nout > before)
+                log_info(FAC, "%zu entries of stream \"%s\" were pending on this consumer: "
+                              "handed out again", s->nout - before, st_->name);
+        }
+    }
+    return PB_OK;
+}
+
+/* 3. entries idle on other (dead) consumers for longer than redis.claim_idle: XAUTOCLAIM. */
+static pb_status_t take_claimed(redis_source_t *s, pb_message_t *msgs, size_t max, size_t *n,
+                                pb_error_t *err)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    int64_t now = pb_monotonic_ms();
+    for (size_t si = 0; si < s->nstreams && *n < max; si++) {
+        stream_state_t *ss = &s->streams[si];
+        if (now < ss->claim_due_ms)
+            continue;
+        char idle[24], count[24];
+        snprintf(idle, sizeof idle, "%lld", (long long)cfg->redis_claim_idle);
+        snprintf(count, sizeof count, "%zu", max - *n);
+        const char *argv[] = {"XAUTOCLAIM", ss->name, s->group, s->consumer, idle,
+                              ss->claim_cursor, "COUNT", count};
+        redisReply *r = NULL;
+        pb_status_t st = run(s, "XAUTOCLAIM", 8, argv, &r, err);
+        if (st != PB_OK)
+            return st;
+        keep_reply(s, r);
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_ARRAY)
+            return pb_fail(err, PB_FATAL, "redis at %s: unexpected XAUTOCLAIM reply", s->srv.where);
+        snprintf(ss->claim_cursor, sizeof ss->claim_cursor, "%s", r->element[0]->str);
+        const redisReply *entries = r->element[1];
+        size_t before = *n;
+        for (size_t k = 0; k < entries->elements && *n < max; k++) {
+            const redisReply *e = entries->element[k];
+            entry_id_t id;
+            if (e->type == REDIS_REPLY_ARRAY && e->elements >= 1 &&
+                e->element[0]->type == REDIS_REPLY_STRING && parse_id(e->element[0]->str, &id) &&
+                is_outstanding(s, (uint32_t)si, id))
+                continue; /* one of ours, held back by the consumer: its idle time is reset */
+            if (take_entry(s, (uint32_t)si, e, true, &msgs[*n]))
+                (*n)++;
+        }
+        if (*n > before)
+            log_info(FAC, "claimed %zu entries of stream \"%s\" idle for more than %lld ms on "
+                          "another consumer of group \"%s\"", *n - before, ss->name,
+                     (long long)cfg->redis_claim_idle, s->group);
+        if (r->elements >= 3 && r->element[2]->type == REDIS_REPLY_ARRAY && r->element[2]->elements)
+            log_warn(FAC, "%zu pending entries of stream \"%s\" were deleted (trimmed) before "
+                          "they were acknowledged: they cannot be delivered again",
+                     r->element[2]->elements, ss->name);
+        if (strcmp(ss->claim_cursor, "0-0") == 0) { /* a pass is complete */
+            int64_t pass = cfg->redis_claim_idle / 2;
+            ss->claim_due_ms = now + (pass < MIN_CLAIM_PASS_MS ? MIN_CLAIM_PASS_MS : pass);
+        }
+    }
+    return PB_OK;
+}
+
+/* 4. new entries: XREADGROUP ... > on every stream, blocking up to block_ms (< 0: not at all). */
+static pb_status_t take_new(redis_source_t *s, int64_t block_ms, pb_message_t *msgs, size_t max,
+                            size_t *n, pb_error_t *err)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    const char **argv = pb_malloc((8 + 2 * s->nstreams) * sizeof *argv);
+    int argc = 0;
+    char count[24], block[24];
+    snprintf(count, sizeof count, "%zu", max - *n);
+    argv[argc++] = "XREADGROUP";
+    argv[argc++] = "GROUP";
+    argv[argc++] = s->group;
+    argv[argc++] = s->consumer;
+    argv[argc++] = "COUNT";
+    argv[argc++] = count;
+    if (block_ms >= 0) {
+        snprintf(block, sizeof block, "%lld", (long long)(block_ms > 0 ? block_ms : 1));
+        argv[argc++] = "BLOCK";
+        argv[argc++] = block;
+    }
+    argv[argc++] = "STREAMS";
+    for (size_t i = 0; i < s->nstreams; i++)
+        argv[argc++] = s->streams[i].name;
+    for (size_t i = 0; i < s->nstreams; i++)
+        argv[argc++] = ">";
+    /* the socket must wait longer than the server blocks */
+    if (block_ms >= 0)
+        redisSetTimeout(s->c, pb_ms_timeval(block_ms + cfg->redis_timeout));
+    redisReply *r = NULL;
+    pb_status_t st = run(s, "XREADGROUP", argc, argv, &r, err);
+    free(argv);
+    if (st != PB_OK)
+        return st;
+    if (block_ms >= 0)
+        redisSetTimeout(s->c, pb_ms_timeval(cfg->redis_timeout));
+    keep_reply(s, r);
+    take_read(s, r, false, msgs, max, n);
+    return PB_OK;
+}
+
+/* Resets the idle time of entries the consumer core holds back, before another consumer's
+ * XAUTOCLAIM would take them: XCLAIM ... JUSTID (the delivery count stays). */
+static pb_status_t touch_held(redis_source_t *s, pb_error_t *err)
+{
+    int64_t now = pb_monotonic_ms(), every = s->base.cfg->redis_claim_idle / 3;
+    for (size_t si = 0; si < s->nstreams; si++) {
+        size_t due = 0;
+        for (size_t i = 0; i < s->nout; i++)
+            due += s->out[i].open && s->out[i].stream == si && now - s->out[i].touched_ms >= every;
+        if (!due)
+            continue;
+        id_command_t cmd;
+        id_command_init(&cmd, due);
+        const char *head[] = {"XCLAIM", s->streams[si].name, s->group, s->consumer, "0"};
+        for (int k = 0; k < 5; k++)
+            cmd.argv[cmd.argc++] = head[k];
+        size_t k = 0;
+        for (size_t i = 0; i < s->nout; i++) {
+            outstanding_t *o = &s->out[i];
+            if (o->open && o->stream == si && now - o->touched_ms >= every) {
+                format_id(o->id, cmd.idbuf[k], sizeof cmd.idbuf[k]);
+                cmd.argv[cmd.argc++] = cmd.idbuf[k++];
+                o->touched_ms = now;
+            }
+        }
+        cmd.argv[cmd.argc++] = "JUSTID";
+        pb_status_t st = run(s, "XCLAIM JUSTID", cmd.argc, cmd.argv, NULL, err);
+        id_command_free(&cmd);
+        if (st != PB_OK)
+            return st;
+    }
+    return PB_OK;
+}
+
+static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max, int64_t wait_ms,
+                               int64_t batch_wait_ms, size_t *n, pb_error_t *err)
+{
+    redis_source_t *s = (redis_source_t *)src;
+    *n = 0;
+    release_batch(s);
+    compact(s);
+    if (!s->c)
+        return pb_fail(err, PB_TRANSIENT, "not connected to redis at %s", s->srv.where);
+    pb_status_t st;
+    if ((st = touch_held(s, err)) != PB_OK || (st = take_requeued(s, msgs, max, n, err)) != PB_OK ||
+        (st = take_history(s, msgs, max, n, err)) != PB_OK ||
+        (st = take_claimed(s, msgs, max, n, err)) != PB_OK)
+        return st;
+    if (*n < max && (st = take_new(s, *n || wait_ms <= 0 ? -1 : wait_ms, msgs, max, n, err)) != PB_OK)
+        return st;
+    /* the rest of the batch: whatever comes within batch_wait_ms of the first */
+    int64_t until = pb_monotonic_ms() + batch_wait_ms;
+    while (*n > 0 && *n < max && batch_wait_ms > 0) {
+        int64_t left = until - pb_monotonic_ms();
+        if (left <= 0)
+            break;
+        size_t before = *n;
+        if ((st = take_new(s, left, msgs, max, n, err)) != PB_OK)
+            return st;
+        if (*n == before)
+            break;
+    }
+    return PB_OK;
+}
+
+/* ---- ack / requeue -------------------------------------------------------------------------- */
+
+static pb_status_t stale(redis_source_t *s, uint64_t tag, const char *what, pb_error_t *err)
+{
+    return pb_fail(err, PB_TRANSIENT, "cannot %s entry %llu: not outstanding on the current "
+                                      "connection to redis at %s (reconnected since?)", what,
+                   (unsigned long long)tag, s->srv.where);
+}
+
+/* XACK of the open entries with tags in [from, to], per stream, pipelined. */
+static pb_status_t xack_range(redis_source_t *s, uint64_t from, uint64_t to, pb_error_t *err)
+{
+    size_t lo = (size_t)(from - s->first_tag), hi = (size_t)(to - s->first_tag);
+    size_t commands = 0;
+    for (size_t si = 0; si < s->nstreams; si++) {
+        size_t i = lo;
+        while (i <= hi) {
+            id_command_t cmd;
+            id_command_init(&cmd, IDS_PER_COMMAND);
+            const char *head[] = {"XACK", s->streams[si].name, s->group};
+            for (int k = 0; k < 3; k++)
+                cmd.argv[cmd.argc++] = head[k];
+            size_t k = 0;
+            for (; i <= hi && k < IDS_PER_COMMAND; i++) {
+                outstanding_t *o = &s->out[i];
+                if (!o->open || o->stream != si)
+                    continue;
+                format_id(o->id, cmd.idbuf[k], sizeof cmd.idbuf[k]);
+                cmd.argv[cmd.argc++] = cmd.idbuf[k++];
+                o->open = false;
+            }
+            int rc = k ? redisAppendCommandArgv(s->c, cmd.argc, cmd.argv, NULL) : REDIS_OK;
+            id_command_free(&cmd);
+            if (rc != REDIS_OK)
+                return lost(s, "XACK", err);
+            commands += k > 0;
+        }
+    }
+    pb_status_t worst = PB_OK;
+    for (size_t k = 0; k < commands; k++) {
+        redisReply *r = NULL;
+        if (redisGetReply(s->c, (void **)&r) != REDIS_OK || !r)
+            return lost(s, "XACK", err);
+        if (r->type == REDIS_REPLY_ERROR && worst == PB_OK)
+            worst = pb_fail(err, pb_redis_error_transient(r->str) ? PB_TRANSIENT : PB_FATAL,
+                            "redis at %s: XACK: %s", s->srv.where, r->str);
+        freeReplyObject(r);
+    }
+    if (worst == PB_TRANSIENT)
+        drop_connection(s);
+    compact(s);
+    return worst;
+}
+
+static pb_status_t src_ack(pb_source_t *src, uint64_t tag, bool multiple, pb_error_t *err)
+{
+    redis_source_t *s = (redis_source_t *)src;
+    if (!s->c)
+        return pb_fail(err, PB_TRANSIENT, "not connected to redis at %s", s->srv.where);
+    if (!find(s, tag))
+        return stale(s, tag, "acknowledge", err);
+    return xack_range(s, multiple ? s->first_tag : tag, tag, err);
+}
+
+static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
+{
+    redis_source_t *s = (redis_source_t *)src;
+    if (!s->c)
+        return pb_fail(err, PB_TRANSIENT, "not connected to redis at %s", s->srv.where);
+    outstanding_t *o = find(s, tag);
+    if (!o)
+        return stale(s, tag, "requeue", err);
+    if (s->nagain == s->capagain) {
+        s->capagain = s->capagain ? s->capagain * 2 : 64;
+        s->again = pb_realloc(s->again, s->capagain * sizeof *s->again);
+    }
+    s->again[s->nagain++] = (requeued_t){o->stream, o->id};
+    o->open = false;
+    compact(s);
+    return PB_OK;
+}
+
+/* ---- free / new ----------------------------------------------------------------------------- */
+
+static void src_free(pb_source_t *src)
+{
+    if (!src)
+        return;
+    redis_source_t *s = (redis_source_t *)src;
+    drop_connection(s);
+    release_batch(s);
+    for (size_t i = 0; i < s->nstreams; i++)
+        free(s->streams[i].name);
+    free(s->streams);
+    free(s->out);
+    free(s->again);
+    free(s->replies);
+    free(s->texts);
+    free(s);
+}
+
+static const pb_source_ops_t redis_source_ops = {
+    .name = "redis",
+    .connect = src_connect,
+    .receive = src_receive,
+    .ack = src_ack,
+    .requeue = src_requeue,
+    .free = src_free,
+};
+
+/* redis.streams split at commas, blanks trimmed. */
+static pb_status_t parse_streams(redis_source_t *s, const char *list, pb_error_t *err)
+{
+    const char *p = list;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        const char *a = p, *b = p + len;
+        while (a < b && (*a == ' ' || *a == '\t'))
+            a++;
+        while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
+            b--;
+        if (b > a) {
+            s->streams = pb_realloc(s->streams, (s->nstreams + 1) * sizeof *s->streams);
+            stream_state_t *ss = &s->streams[s->nstreams++];
+            memset(ss, 0, sizeof *ss);
+            ss->name = pb_malloc((size_t)(b - a) + 1);
+            memcpy(ss->name, a, (size_t)(b - a));
+            ss->name[b - a] = '\0';
+        }
+        p += len + (p[len] == ',');
+    }
+    if (s->nstreams == 0)
+        return pb_fail(err, PB_FATAL, "redis.streams is empty: name the streams to consume, "
+                                      "e.g. postbox:order (redis.stream_prefix + aggregate type)");
+    return PB_OK;
+}
+
+pb_status_t pb_source_redis_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err)
+{
+    *out = NULL;
+    pb_status_t st = pb_redis_check_config(cfg, err);
+    if (st != PB_OK)
+        return st;
+    redis_source_t *s = pb_malloc(sizeof *s);
+    memset(s, 0, sizeof *s);
+    s->base.ops = &redis_source_ops;
+    s->base.cfg = cfg;
+    s->next_tag = s->first_tag = 1;
+    snprintf(s->srv.where, sizeof s->srv.where, "(not connected)");
+    if ((st = parse_streams(s, cfg->redis_streams, err)) != PB_OK) {
+        src_free(&s->base);
+        return st;
+    }
+    if (*cfg->redis_group)
+        snprintf(s->group, sizeof s->group, "%s", cfg->redis_group);
+    else
+        snprintf(s->group, sizeof s->group, "postbox_%s", cfg->consume_consumer);
+    if (*cfg->redis_consumer_name) {
+        snprintf(s->consumer, sizeof s->consumer, "%s", cfg->redis_consumer_name);
+    } else {
+        char host[128] = "postbox";
+        if (gethostname(host, sizeof host) != 0)
+            snprintf(host, sizeof host, "postbox");
+        host[sizeof host - 1] = '\0';
+        snprintf(s->consumer, sizeof s->consumer, "%s-%ld", host, (long)getpid());
+    }
+    forget_all(s);
+    *out = &s->base;
+    return PB_OK;
+}
