@@ -14,6 +14,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/status_redis.h"
 #include "common/log.h"
 #include "relay/shards.h"
 #include "store/pg.h"
@@ -119,6 +120,10 @@ static void print_table(json_t *o)
         printf("  %-30s %8s %16lld\n", json_string_value(json_object_get(v, "slot")),
                json_is_true(json_object_get(v, "active")) ? "yes" : "no",
                (long long)json_integer_value(json_object_get(v, "lag_bytes")));
+
+    json_t *redis = json_object_get(o, "redis");
+    if (redis)
+        pb_status_redis_print(redis);
 
     json_t *failed = json_object_get(o, "checks_failed");
     if (json_array_size(failed)) {
@@ -228,6 +233,14 @@ int pb_cmd_status(pb_cli_t *cli)
 
     json_t *failed = json_array();
     int n_failed = 0;
+    if (pb_status_redis_wanted(&cli->cfg)) {
+        json_t *redis = pb_status_redis(&cli->cfg);
+        if (json_object_get(redis, "error")) {
+            json_array_append_new(failed, json_string("redis cannot be asked"));
+            n_failed++;
+        }
+        json_object_set_new(o, "redis", redis);
+    }
     n_failed += check(failed, lim.max_backlog >= 0 && s.backlog > lim.max_backlog,
                       "backlog %lld > %lld", (long long)s.backlog, (long long)lim.max_backlog);
     n_failed += check(failed, lim.max_lag_ms >= 0 && s.oldest_age_s * 1000.0 > (double)lim.max_lag_ms,

@@ -70,6 +70,18 @@ static family_t inbox_dead = {"postbox_inbox_dead_total", "counter",
 static family_t slot_lag = {"postbox_replication_slot_lag_bytes", "gauge",
                             "WAL bytes between the current position and the slot's confirmed flush position",
                             {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t redis_stream_length = {"postbox_redis_stream_length", "gauge",
+                                       "entries in a Redis stream (XLEN), sampled by the redis sink and source",
+                                       {"stream", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t redis_group_pending = {"postbox_redis_group_pending", "gauge",
+                                       "entries of a Redis stream delivered to the consumer group and not acknowledged",
+                                       {"stream", "group"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t redis_group_lag = {"postbox_redis_group_lag", "gauge",
+                                   "entries of a Redis stream not yet delivered to the consumer group (-1: Redis cannot tell)",
+                                   {"stream", "group"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t redis_group_oldest_idle = {"postbox_redis_group_oldest_pending_idle_seconds", "gauge",
+                                           "how long the group's oldest pending entry has gone unacknowledged since its last delivery",
+                                           {"stream", "group"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t purged = {"postbox_purged_rows_total", "counter",
                           "rows deleted by retention, by table",
                           {"table", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
@@ -82,9 +94,11 @@ static family_t consumer_lag = {"postbox_consumer_lag_messages", "gauge",
                                 {"topic", "partition"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
 
 static family_t *const families_relay[] = {&published, &publish_errors, &dead_letters_total,
-                                           &slot_lag};
+                                           &slot_lag, &redis_stream_length};
 static family_t *const families_consume[] = {&inbox_processed, &inbox_duplicates,
-                                             &inbox_failures, &inbox_dead};
+                                             &inbox_failures, &inbox_dead, &redis_stream_length,
+                                             &redis_group_pending, &redis_group_lag,
+                                             &redis_group_oldest_idle};
 
 static histogram_t latency = {"postbox_publish_latency_seconds",
                               "time from the event's created_at to the broker's confirm",
@@ -298,6 +312,25 @@ void pb_metrics_set_slot_lag(const char *slot, int64_t bytes)
     const char *values[2] = {slot, NULL};
     pthread_mutex_lock(&lock);
     series_of(&slot_lag, values)->value = (double)bytes;
+    pthread_mutex_unlock(&lock);
+}
+
+void pb_metrics_set_redis_stream(const char *stream, int64_t length)
+{
+    const char *values[2] = {stream, NULL};
+    pthread_mutex_lock(&lock);
+    series_of(&redis_stream_length, values)->value = (double)length;
+    pthread_mutex_unlock(&lock);
+}
+
+void pb_metrics_set_redis_group(const char *stream, const char *group, int64_t pending,
+                                int64_t lag, double oldest_idle_s)
+{
+    const char *values[2] = {stream, group};
+    pthread_mutex_lock(&lock);
+    series_of(&redis_group_pending, values)->value = (double)pending;
+    series_of(&redis_group_lag, values)->value = (double)lag;
+    series_of(&redis_group_oldest_idle, values)->value = oldest_idle_s;
     pthread_mutex_unlock(&lock);
 }
 

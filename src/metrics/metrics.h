@@ -56,6 +56,12 @@ void pb_metrics_set_outbox(int64_t backlog, bool exact, double oldest_age_s, int
  * Set by the cdc capture. */
 void pb_metrics_set_slot_lag(const char *slot, int64_t bytes);
 
+/* Redis Streams, sampled every metrics.sample_interval by the redis sink (length of the streams
+ * it writes) and the redis source (its streams and its group). */
+void pb_metrics_set_redis_stream(const char *stream, int64_t length);
+void pb_metrics_set_redis_group(const char *stream, const char *group, int64_t pending,
+                                int64_t lag, double oldest_idle_s);
+
 /* --- consume ----------------------------------------------------------------------------- */
 
 /* Adds one batch's figures of a consumer (deltas, not totals). */

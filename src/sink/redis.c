@@ -30,10 +30,12 @@
 #include <hiredis/hiredis.h>
 
 #include "broker/redis/conn.h"
+#include "broker/redis/stats.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/route.h"
 #include "common/str.h"
+#include "metrics/metrics.h"
 
 #define FAC "sink.redis"
 #define STREAM_MAX 1024
@@ -42,6 +44,7 @@
 #define IDMP_MAJOR 8 /* XADD ... IDMP (idempotent production) exists from Redis 8.6 */
 #define IDMP_MINOR 6
 #define XADD_ARGS_MAX 22
+#define SAMPLED_STREAMS 64 /* streams whose length /metrics shows, at most */
 
 typedef struct redis_sink {
     pb_sink_t base; /* first: the relay holds a pb_sink_t * */
@@ -51,7 +54,43 @@ typedef struct redis_sink {
     int64_t last_used_ms; /* pb_monotonic_ms of the last command */
     size_t nsent;         /* XADDs of the batch in flight */
     size_t rejected;
+    char *written[SAMPLED_STREAMS]; /* streams written to, for /metrics (owned) */
+    size_t nwritten;
+    int64_t sample_due_ms;
 } redis_sink_t;
+
+/* Remembers a stream written to, for the length samples (the first SAMPLED_STREAMS). */
+static void note_stream(redis_sink_t *s, const char *stream)
+{
+    if (!*s->base.cfg->metrics_listen || s->base.cfg->metrics_sample_interval <= 0)
+        return;
+    if (s->nwritten && strcmp(s->written[s->nwritten - 1], stream) == 0)
+        return;
+    for (size_t i = 0; i < s->nwritten; i++)
+        if (strcmp(s->written[i], stream) == 0)
+            return;
+    if (s->nwritten < SAMPLED_STREAMS)
+        s->written[s->nwritten++] = pb_strdup(stream);
+}
+
+/* Every metrics.sample_interval: the length of each stream written to, for /metrics. A failed
+ * sample is left to the next batch (the connection's state is the batch's business). */
+static void sample_lengths(redis_sink_t *s)
+{
+    int64_t now = pb_monotonic_ms();
+    if (!s->nwritten || !s->c || now < s->sample_due_ms)
+        return;
+    s->sample_due_ms = now + s->base.cfg->metrics_sample_interval;
+    for (size_t i = 0; i < s->nwritten; i++) {
+        pb_redis_stream_stats_t st;
+        pb_error_t err;
+        if (pb_redis_stream_stats(s->c, s->srv.where, s->written[i], "", &st, &err) != PB_OK) {
+            log_debug(FAC, "stream length sample: %s", err.msg);
+            return;
+        }
+        pb_metrics_set_redis_stream(s->written[i], st.length);
+    }
+}
 
 static void drop_connection(redis_sink_t *s)
 {
@@ -259,6 +298,7 @@ static pb_status_t sink_send(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *err
             s->rejected++;
             continue;
         }
+        note_stream(s, stream);
         if (!append_xadd(s, &b->events[i], stream, bound, nbound))
             return connection_lost(s, b, "XADD", err);
         s->nsent++;
@@ -304,6 +344,7 @@ static pb_status_t sink_await(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *er
         freeReplyObject(r);
     }
     s->last_used_ms = pb_monotonic_ms();
+    sample_lengths(s);
     if (failed)
         log_warn(FAC, "%zu of %zu entries refused by redis at %s: %s", failed, s->nsent,
                  s->srv.where, first_error);
@@ -338,6 +379,8 @@ static void sink_free(pb_sink_t *snk)
         return;
     redis_sink_t *s = (redis_sink_t *)snk;
     drop_connection(s);
+    for (size_t i = 0; i < s->nwritten; i++)
+        free(s->written[i]);
     free(s);
 }
 

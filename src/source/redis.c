@@ -43,10 +43,12 @@
 #include <jansson.h>
 
 #include "broker/redis/conn.h"
+#include "broker/redis/stats.h"
 #include "common/clock.h"
 #include "common/event.h"
 #include "common/log.h"
 #include "common/str.h"
+#include "metrics/metrics.h"
 
 #define FAC "source.redis"
 #define MIN_CLAIM_PASS_MS 1000
@@ -100,6 +102,8 @@ typedef struct redis_source {
     size_t nreplies, capreplies;
     char **texts;
     size_t ntexts, captexts;
+
+    int64_t sample_due_ms; /* next /metrics sample of the streams and the group */
 } redis_source_t;
 
 /* ---- small helpers -------------------------------------------------------------------------- */
@@ -637,6 +641,35 @@ static pb_status_t touch_held(redis_source_t *s, pb_error_t *err)
     return PB_OK;
 }
 
+/* Every metrics.sample_interval (with metrics.listen): each stream's length, the group's
+ * pending entries, lag and oldest pending idle time, for /metrics. */
+static pb_status_t sample(redis_source_t *s, pb_error_t *err)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    int64_t now = pb_monotonic_ms();
+    if (!*cfg->metrics_listen || cfg->metrics_sample_interval <= 0 || now < s->sample_due_ms)
+        return PB_OK;
+    s->sample_due_ms = now + cfg->metrics_sample_interval;
+    for (size_t i = 0; i < s->nstreams; i++) {
+        pb_redis_stream_stats_t st;
+        pb_status_t rc = pb_redis_stream_stats(s->c, s->srv.where, s->streams[i].name, s->group,
+                                               &st, err);
+        if (rc == PB_TRANSIENT) {
+            drop_connection(s);
+            return rc;
+        }
+        if (rc != PB_OK) {
+            log_warn(FAC, "sampling stream \"%s\": %s", s->streams[i].name, err->msg);
+            continue;
+        }
+        pb_metrics_set_redis_stream(s->streams[i].name, st.length);
+        const pb_redis_group_stats_t *g = st.ngroups ? &st.groups[0] : NULL;
+        pb_metrics_set_redis_group(s->streams[i].name, s->group, g ? g->pending : 0,
+                                   g ? g->lag : -1, g ? g->oldest_idle_s : 0.0);
+    }
+    return PB_OK;
+}
+
 static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max, int64_t wait_ms,
                                int64_t batch_wait_ms, size_t *n, pb_error_t *err)
 {
@@ -647,7 +680,7 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
     if (!s->c)
         return pb_fail(err, PB_TRANSIENT, "not connected to redis at %s", s->srv.where);
     pb_status_t st;
-    if ((st = touch_held(s, err)) != PB_OK || (st = take_requeued(s, msgs, max, n, err)) != PB_OK ||
+    if ((st = sample(s, err)) != PB_OK || (st = touch_held(s, err)) != PB_OK || (st = take_requeued(s, msgs, max, n, err)) != PB_OK ||
         (st = take_history(s, msgs, max, n, err)) != PB_OK ||
         (st = take_claimed(s, msgs, max, n, err)) != PB_OK)
         return st;
