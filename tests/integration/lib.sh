@@ -16,8 +16,6 @@
 set -euo pipefail
 
 # PB_TEST_NAME: a script run for another test (exec'd with other settings) names its own
-# A wrapper that runs another test's script with other settings (redis_kill_relay.sh runs
-# kill_relay.sh) names itself in PB_TEST_NAME, so that its database, slot and streams are its own.
 PB_TEST=${PB_TEST_NAME:-$(basename "${BASH_SOURCE[1]:-$0}" .sh)}
 : "${POSTBOX_SOURCE_DIR:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
 : "${POSTBOX_BIN:?POSTBOX_BIN must name the postbox binary}"
