@@ -10,9 +10,8 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
+#include "common/hmac.h"
 #include "sink/sink.h"
 
 #define HEADERS_PREFIX "headers:"
@@ -471,16 +470,8 @@ static size_t collect(const pb_mask_t *m, const char *event_type, bool headers,
 void pb_mask_hmac_hex(const unsigned char *key, size_t key_len, const void *data, size_t len,
                       char hex[65])
 {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int md_len = 0;
-    static const unsigned char empty;
-    /* HMAC() takes the key length as int; keys are at most PB_MASK_MAX_KEY bytes */
     PB_ASSERT(key_len <= PB_MASK_MAX_KEY);
-    const unsigned char *done =
-        HMAC(EVP_sha256(), key, (int)key_len, len ? data : &empty, len, md, &md_len);
-    PB_ASSERT(done && md_len == 32);
-    for (unsigned i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    pb_hmac_sha256_hex(key, key_len, data, len, hex);
 }
 
 /* ---- the rewriter: JSON text in, JSON text out ------------------------------------------ */

@@ -1,0 +1,22 @@
+#include "common/hmac.h"
+
+#include <limits.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <stdio.h>
+
+#include "common/err.h"
+
+void pb_hmac_sha256_hex(const unsigned char *key, size_t key_len, const void *data, size_t len,
+                        char hex[PB_HMAC_HEX_SIZE])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+    static const unsigned char empty;
+    PB_ASSERT(key_len <= INT_MAX); /* HMAC() takes it as int */
+    const unsigned char *done =
+        HMAC(EVP_sha256(), key, (int)key_len, len ? data : &empty, len, md, &md_len);
+    PB_ASSERT(done && md_len == 32);
+    for (unsigned i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}

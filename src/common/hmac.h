@@ -1,0 +1,14 @@
+/* HMAC-SHA-256 (OpenSSL's libcrypto), for what postbox signs or pseudonymises: the messages of
+ * postbox.emit (cdc/signature.h) and the hmac rules of payload masking (relay/mask.h). */
+#ifndef PB_COMMON_HMAC_H
+#define PB_COMMON_HMAC_H
+
+#include <stddef.h>
+
+#define PB_HMAC_HEX_SIZE 65 /* 64 lowercase hex digits and a NUL */
+
+/* hex = HMAC-SHA-256(key, data) in lowercase hex. key_len is at most INT_MAX. */
+void pb_hmac_sha256_hex(const unsigned char *key, size_t key_len, const void *data, size_t len,
+                        char hex[PB_HMAC_HEX_SIZE]);
+
+#endif
