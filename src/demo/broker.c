@@ -20,8 +20,8 @@ static pb_status_t reset_amqp(const pb_config_t *cfg, pb_error_t *err)
     pb_amqp_url_where(&u, where, sizeof where);
     st = pb_amqp_open(&u, cfg, 0, &lk.conn, err);
     pb_amqp_url_free(&u);
-    if (st != PB_OK)
-        return pb_fail(err, st, "rabbitmq at %s: %s", where, err->msg);
+    if (st != PB_OK) /* the message names the broker */
+        return st;
     if ((st = pb_amqp_link_channel_open(&lk, err)) != PB_OK) {
         pb_amqp_link_close(&lk);
         return pb_fail(err, st, "rabbitmq at %s: %s", where, err->msg);

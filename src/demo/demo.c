@@ -44,6 +44,7 @@ typedef struct run {
     char broker_log[128];
     demo_live_t lv;
     int64_t last_id;  /* of the shipments sampled */
+    int64_t last_fresh_ms; /* when a sample last found new shipments */
     long dup_offset;  /* read so far of the consumer's log */
 } run_t;
 
@@ -109,7 +110,6 @@ static pb_status_t write_child_config(run_t *r, const pb_config_t *cfg, pb_error
                                        1, r->config_path, err);
     if (st != PB_OK)
         return st;
-    pb_config_init(&r->child_cfg);
     if ((st = pb_config_load_file(&r->child_cfg, r->config_path, err)) == PB_OK)
         st = pb_config_validate(&r->child_cfg, err);
     if (st != PB_OK)
@@ -197,8 +197,16 @@ static pb_status_t sample(run_t *r, pb_error_t *err)
         return st;
     int64_t fresh = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
     r->last_id = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
-    if (fresh > 0)
+    int64_t now = pb_monotonic_ms();
+    if (fresh > 0) {
         r->lv.lag_ms = strtod(PQgetvalue(res, 0, 2), NULL);
+        r->last_fresh_ms = now;
+    } else if (r->lv.committed > r->lv.applied && r->last_fresh_ms) {
+        /* nothing applied meanwhile (a process or the broker is down): the lag grows */
+        double stalled = (double)(now - r->last_fresh_ms);
+        if (stalled > r->lv.lag_ms)
+            r->lv.lag_ms = stalled;
+    }
     r->lv.pending = strtoll(PQgetvalue(res, 0, 3), NULL, 10);
     r->lv.applied += fresh;
     PQclear(res);
