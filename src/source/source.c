@@ -24,5 +24,7 @@ pb_status_t pb_source_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t 
         return pb_source_nats_new(cfg, out, err);
     if (strcmp(cfg->consume_source, "redis") == 0)
         return pb_source_redis_new(cfg, out, err);
+    if (strcmp(cfg->consume_source, "kafka") == 0)
+        return pb_source_kafka_new(cfg, out, err);
     return pb_fail(err, PB_FATAL, "consume.source: unknown source \"%s\"", cfg->consume_source);
 }

@@ -96,6 +96,7 @@ pb_status_t pb_source_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t 
 pb_status_t pb_source_amqp_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err) PB_MUSTCHECK;
 pb_status_t pb_source_nats_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err) PB_MUSTCHECK;
 pb_status_t pb_source_redis_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err) PB_MUSTCHECK;
+pb_status_t pb_source_kafka_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err) PB_MUSTCHECK;
 
 static inline void pb_source_free(pb_source_t *src)
 {

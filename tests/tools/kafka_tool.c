@@ -12,6 +12,9 @@
  *       the headers of the first message of TOPIC, one "name=value" line each
  *   kafka-tool count BROKERS TOPIC
  *       the number of messages in TOPIC (sum of high - low watermarks over its partitions)
+ *   kafka-tool lag BROKERS GROUP TOPIC
+ *       messages of TOPIC past the offsets GROUP committed (sum over partitions; a partition
+ *       without a committed offset counts from its low watermark)
  *   kafka-tool produce BROKERS TOPIC N [SIZE]
  *       N messages of SIZE bytes (default 300) with an idempotent producer (acks=all),
  *       100 keys; prints the rate */
@@ -64,7 +67,14 @@ static void conf_set(rd_kafka_conf_t *conf, const char *k, const char *v)
         die("%s=%s: %s", k, v, errstr);
 }
 
+static rd_kafka_t *client_in(rd_kafka_type_t type, const char *brokers, const char *group);
+
 static rd_kafka_t *client(rd_kafka_type_t type, const char *brokers)
+{
+    return client_in(type, brokers, NULL);
+}
+
+static rd_kafka_t *client_in(rd_kafka_type_t type, const char *brokers, const char *group_id)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     conf_set(conf, "bootstrap.servers", brokers);
@@ -72,7 +82,8 @@ static rd_kafka_t *client(rd_kafka_type_t type, const char *brokers)
     if (type == RD_KAFKA_CONSUMER) {
         char group[64];
         snprintf(group, sizeof group, "kafka-tool-%ld", (long)getpid());
-        conf_set(conf, "group.id", group); /* never joined: partitions are assigned */
+        /* never joined: partitions are assigned (or only committed offsets read) */
+        conf_set(conf, "group.id", group_id ? group_id : group);
         conf_set(conf, "enable.auto.commit", "false");
         conf_set(conf, "allow.auto.create.topics", "false");
     } else {
@@ -261,6 +272,33 @@ static int cmd_count(int argc, char **argv)
     return 0;
 }
 
+static int cmd_lag(int argc, char **argv)
+{
+    if (argc != 3)
+        die("usage: lag BROKERS GROUP TOPIC");
+    rd_kafka_t *rk = client_in(RD_KAFKA_CONSUMER, argv[0], argv[1]);
+    int n = partitions_of(rk, argv[2], 30);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n);
+    for (int p = 0; p < n; p++)
+        rd_kafka_topic_partition_list_add(l, argv[2], p);
+    rd_kafka_resp_err_t e = rd_kafka_committed(rk, l, 10000);
+    if (e)
+        die("committed offsets of group %s: %s", argv[1], rd_kafka_err2str(e));
+    int64_t total = 0;
+    for (int p = 0; p < n; p++) {
+        int64_t lo, hi;
+        e = rd_kafka_query_watermark_offsets(rk, argv[2], p, &lo, &hi, 10000);
+        if (e)
+            die("watermarks of %s [%d]: %s", argv[2], p, rd_kafka_err2str(e));
+        int64_t at = l->elems[p].offset >= 0 ? l->elems[p].offset : lo;
+        total += hi > at ? hi - at : 0;
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    printf("%" PRId64 "\n", total);
+    rd_kafka_destroy(rk);
+    return 0;
+}
+
 static long delivered, failed;
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
@@ -326,7 +364,7 @@ static int cmd_produce(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s drain|headers|count|produce ...\n", progname);
+        fprintf(stderr, "usage: %s drain|headers|count|lag|produce ...\n", progname);
         return 2;
     }
     const char *cmd = argv[1];
@@ -336,7 +374,9 @@ int main(int argc, char **argv)
         return cmd_headers(argc - 2, argv + 2);
     if (!strcmp(cmd, "count"))
         return cmd_count(argc - 2, argv + 2);
+    if (!strcmp(cmd, "lag"))
+        return cmd_lag(argc - 2, argv + 2);
     if (!strcmp(cmd, "produce"))
         return cmd_produce(argc - 2, argv + 2);
-    die("unknown command %s (drain, headers, count, produce)", cmd);
+    die("unknown command %s (drain, headers, count, lag, produce)", cmd);
 }

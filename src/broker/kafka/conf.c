@@ -67,6 +67,9 @@ pb_status_t pb_kafka_new(const pb_config_t *cfg, pb_kafka_role_t role,
     if (st == PB_OK && role == PB_KAFKA_PRODUCER)
         /* a message not acknowledged within this is reported failed; the relay retries it */
         st = set(conf, "message.timeout.ms", "30000", err);
+    if (st == PB_OK && role == PB_KAFKA_CONSUMER)
+        /* a new group reads what was published before it joined */
+        st = set(conf, "auto.offset.reset", "earliest", err);
     for (size_t i = 0; st == PB_OK && i < cfg->n_kafka_props; i++) {
         const char *name = cfg->kafka_prop_keys[i], *value = cfg->kafka_prop_values[i];
         for (const pb_kafka_forced_t *f = forced; f && f->name; f++)
