@@ -28,24 +28,37 @@ chmod 644 "$CERTS/server.key" "$CERTS"/*.crt
 say "certificates: CA, another CA, server certificate for DNS:localhost signed by the CA"
 
 # ---- servers of our own -------------------------------------------------------------------------
-base=$((43000 + (RANDOM % 500) * 30))
-export POSTBOX_SERVICES_DIR=/tmp/pb-tls-svc.$$
-export POSTBOX_PG_PORT=$base POSTBOX_AMQP_PORT=$((base + 1)) POSTBOX_NATS_PORT=$((base + 3))
-export POSTBOX_EPMD_PORT=$((base + 4)) POSTBOX_RABBIT_DIST_PORT=$((base + 10))
-export POSTBOX_REDIS_PORT=$((base + 5)) POSTBOX_RABBIT_NODENAME=pb-tls-$$@localhost
-AMQPS_PORT=$((base + 2))
-svc_env="POSTBOX_SERVICES_DIR=$POSTBOX_SERVICES_DIR POSTBOX_PG_PORT=$POSTBOX_PG_PORT POSTBOX_AMQP_PORT=$POSTBOX_AMQP_PORT POSTBOX_NATS_PORT=$POSTBOX_NATS_PORT POSTBOX_EPMD_PORT=$POSTBOX_EPMD_PORT POSTBOX_RABBIT_DIST_PORT=$POSTBOX_RABBIT_DIST_PORT POSTBOX_RABBIT_NODENAME=$POSTBOX_RABBIT_NODENAME"
-on_exit "env $svc_env bash '$POSTBOX_SOURCE_DIR/scripts/services' stop pg amqp nats >/dev/null 2>&1; rm -rf '$POSTBOX_SERVICES_DIR'"
+export POSTBOX_SERVICES_DIR=/tmp/pb-tls-svc.$$ POSTBOX_RABBIT_NODENAME=pb-tls-$$@localhost
 export POSTBOX_PG_EXTRA_OPTS="-c ssl=on -c ssl_cert_file=$CERTS/server.crt -c ssl_key_file=$CERTS/pg-server.key"
-export POSTBOX_RABBIT_EXTRA_CONF="listeners.ssl.default = 127.0.0.1:$AMQPS_PORT
+export POSTBOX_NATS_EXTRA_ARGS="--tls --tlscert $CERTS/server.crt --tlskey $CERTS/server.key"
+stop_ours() { # the servers of the last attempt, and their state
+    env POSTBOX_SERVICES_DIR="$POSTBOX_SERVICES_DIR" POSTBOX_EPMD_PORT="$POSTBOX_EPMD_PORT" \
+        POSTBOX_RABBIT_NODENAME="$POSTBOX_RABBIT_NODENAME" \
+        bash "$POSTBOX_SOURCE_DIR/scripts/services" stop pg amqp nats >/dev/null 2>&1
+    rm -rf "$POSTBOX_SERVICES_DIR"
+}
+on_exit stop_ours
+# Ports below the ephemeral range (32768-60999, where an outgoing connection may hold one) at a
+# random base; another process may listen on one of them, so a failed start is tried again
+# elsewhere.
+t0=$SECONDS
+for attempt in 1 2 3; do
+    base=$((27000 + (RANDOM % 150) * 30))
+    export POSTBOX_PG_PORT=$base POSTBOX_AMQP_PORT=$((base + 1)) POSTBOX_NATS_PORT=$((base + 3))
+    export POSTBOX_EPMD_PORT=$((base + 4)) POSTBOX_REDIS_PORT=$((base + 5)) POSTBOX_RABBIT_DIST_PORT=$((base + 10))
+    AMQPS_PORT=$((base + 2))
+    export POSTBOX_RABBIT_EXTRA_CONF="listeners.ssl.default = 127.0.0.1:$AMQPS_PORT
 ssl_options.cacertfile = $CERTS/ca.crt
 ssl_options.certfile = $CERTS/server.crt
 ssl_options.keyfile = $CERTS/server.key
 ssl_options.verify = verify_none
 ssl_options.fail_if_no_peer_cert = false"
-export POSTBOX_NATS_EXTRA_ARGS="--tls --tlscert $CERTS/server.crt --tlskey $CERTS/server.key"
-t0=$SECONDS
-services start pg amqp nats >"$PB_TMP/services.log" 2>&1 || fail "our servers did not start: $(tail -5 "$PB_TMP/services.log")"
+    services start pg amqp nats >"$PB_TMP/services.log" 2>&1 && break
+    say "attempt $attempt: our servers did not start on ports $base+: $(tail -3 "$PB_TMP/services.log" | tr '\n' ' ')"
+    tail -n 5 "$POSTBOX_SERVICES_DIR"/*/log/*.log "$POSTBOX_SERVICES_DIR"/*/*.log >&2 2>/dev/null || true
+    stop_ours
+    ((attempt < 3)) || fail "our servers did not start in 3 attempts"
+done
 say "own PostgreSQL :$POSTBOX_PG_PORT, RabbitMQ :$AMQPS_PORT (amqps), NATS :$POSTBOX_NATS_PORT (tls) started in $((SECONDS - t0)) s"
 unset POSTBOX_PG_EXTRA_OPTS POSTBOX_RABBIT_EXTRA_CONF POSTBOX_NATS_EXTRA_ARGS
 eval "$(services env)"
