@@ -89,6 +89,9 @@ static family_t purged = {"postbox_purged_rows_total", "counter",
 static family_t broker_errors = {"postbox_broker_errors_total", "counter",
                                  "errors the broker client reported (failed deliveries, consumer errors), by broker and kind",
                                  {"broker", "kind"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t broker_retries = {"postbox_broker_retries_total", "counter",
+                                  "messages the broker client sent again by itself after a retriable broker error (Kafka's idempotent producer), by broker",
+                                  {"broker", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t consumer_lag = {"postbox_consumer_lag_messages", "gauge",
                                 "messages between the consumer's position and the end of a partition, where the client knows it",
                                 {"topic", "partition"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
@@ -146,6 +149,7 @@ void pb_metrics_reset(void)
         family_clear(families_consume[i]);
     family_clear(&purged);
     family_clear(&broker_errors);
+    family_clear(&broker_retries);
     family_clear(&consumer_lag);
     histogram_t *hs[] = {&latency, &batch_size};
     for (size_t i = 0; i < N_OF(hs); i++) {
@@ -357,6 +361,11 @@ void pb_metrics_broker_error(const char *broker, const char *kind)
     add(&broker_errors, broker, kind, 1);
 }
 
+void pb_metrics_broker_retries(const char *broker, uint64_t n)
+{
+    add(&broker_retries, broker, NULL, (double)n);
+}
+
 void pb_metrics_set_consumer_lag(const char *topic, int32_t partition, int64_t lag)
 {
     char part[16];
@@ -449,6 +458,7 @@ void pb_metrics_render(pb_buf_t *out)
     render_histogram(out, &batch_size);
     render_family(out, &purged);
     render_family(out, &broker_errors);
+    render_family(out, &broker_retries);
     render_family(out, &consumer_lag);
     pthread_mutex_unlock(&lock);
 }

@@ -77,6 +77,8 @@ void pb_metrics_purged(const char *table, uint64_t rows);
 
 /* One error the broker client reported: broker "kafka", kind e.g. "msg_timed_out". */
 void pb_metrics_broker_error(const char *broker, const char *kind);
+/* Messages the broker client sent again by itself (Kafka: the idempotent producer's retries). */
+void pb_metrics_broker_retries(const char *broker, uint64_t n);
 /* Messages between a consumer's position and the end of a partition (Kafka's consumer lag). */
 void pb_metrics_set_consumer_lag(const char *topic, int32_t partition, int64_t lag);
 

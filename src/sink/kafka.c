@@ -52,6 +52,8 @@ typedef struct kafka_sink {
     bool fatal;
     char fatal_reason[300];
     int64_t message_timeout_ms;
+    uint64_t reports;     /* delivery reports served for this producer */
+    int64_t resent_seen;  /* messages librdkafka sent again, as last logged (on_stats) */
     pb_buf_t scratch; /* header values */
     /* Topics produced to, each fetched once through a metadata request of its own: librdkafka
      * 2.0.2 looks a new topic up only on its one-second timer, which delayed every relay's first
@@ -108,11 +110,43 @@ static void settle(kafka_sink_t *s, size_t i, rd_kafka_resp_err_t e)
         snprintf(s->first_error, sizeof s->first_error, "%s", r->error);
 }
 
+/* librdkafka's statistics (every statistics.interval.ms): how many messages the idempotent
+ * producer sent again by itself after a retriable broker error such as NOT_ENOUGH_REPLICAS,
+ * before any delivery report. It exposes no such counter, but every transmission counts in a
+ * partition's txmsgs: sent again = transmitted - still in flight - reported. The statistics op
+ * is queued behind the reports of what completed before it, so the figures agree. */
+static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    (void)rk;
+    kafka_sink_t *s = opaque;
+    json_t *root = json_loadb(json, len, 0, NULL);
+    const char *tname, *pname;
+    json_t *t, *p;
+    int64_t tx = 0, inflight = 0;
+    json_object_foreach(json_object_get(root, "topics"), tname, t) {
+        json_object_foreach(json_object_get(t, "partitions"), pname, p) {
+            tx += json_integer_value(json_object_get(p, "txmsgs"));
+            inflight += json_integer_value(json_object_get(p, "msgs_inflight"));
+        }
+    }
+    json_decref(root);
+    int64_t resent = tx - inflight - (int64_t)s->reports;
+    if (resent > s->resent_seen) {
+        pb_metrics_broker_retries("kafka", (uint64_t)(resent - s->resent_seen));
+        log_info(FAC, "librdkafka retried %lld messages the brokers refused for a while (%lld "
+                      "retried by this producer in all)", (long long)(resent - s->resent_seen),
+                 (long long)resent);
+        s->resent_seen = resent;
+    }
+    return 0; /* json is librdkafka's to free */
+}
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     (void)rk;
     kafka_sink_t *s = opaque;
     uintptr_t idx = (uintptr_t)m->_private;
+    s->reports++;
     if (!s->open || idx == 0 || idx > s->n || s->results[idx - 1].outcome != PB_OUT_UNTRIED)
         return; /* a report of a batch given up */
     settle(s, idx - 1, m->err);
@@ -139,13 +173,17 @@ static void drop_producer(kafka_sink_t *s)
 static pb_status_t make_producer(kafka_sink_t *s, pb_error_t *err)
 {
     drop_producer(s);
-    pb_status_t st = pb_kafka_new(s->base.cfg, PB_KAFKA_PRODUCER, producer_forced, s,
-                                  on_delivery, NULL, on_error, &s->rk, err);
+    const pb_kafka_callbacks_t cb = {
+        .opaque = s, .delivery = on_delivery, .error = on_error, .stats = on_stats};
+    pb_status_t st = pb_kafka_new(s->base.cfg, PB_KAFKA_PRODUCER, producer_forced, &cb, &s->rk,
+                                  err);
     if (st != PB_OK)
         return st;
     char buf[32];
     size_t len = sizeof buf;
     s->message_timeout_ms = 0;
+    s->reports = 0;
+    s->resent_seen = 0;
     if (rd_kafka_conf_get(rd_kafka_conf(s->rk), "message.timeout.ms", buf, &len) ==
         RD_KAFKA_CONF_OK)
         s->message_timeout_ms = strtoll(buf, NULL, 10);

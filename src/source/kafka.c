@@ -300,20 +300,10 @@ static void close_consumer(kafka_source_t *s)
 /* Subscribes to kafka.topics (comma-separated; "^..." is a regular expression). */
 static pb_status_t subscribe(kafka_source_t *s, pb_error_t *err)
 {
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(4);
-    char *list = pb_strdup(s->base.cfg->kafka_topics), *save = NULL;
-    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        while (*t == ' ')
-            t++;
-        size_t len = strlen(t);
-        while (len && t[len - 1] == ' ')
-            t[--len] = '\0';
-        if (len)
-            rd_kafka_topic_partition_list_add(l, t, RD_KAFKA_PARTITION_UA);
-    }
-    free(list);
-    rd_kafka_resp_err_t e = l->cnt ? rd_kafka_subscribe(s->rk, l) : RD_KAFKA_RESP_ERR__INVALID_ARG;
-    rd_kafka_topic_partition_list_destroy(l);
+    rd_kafka_topic_partition_list_t *l = pb_kafka_topics(s->base.cfg);
+    rd_kafka_resp_err_t e = l ? rd_kafka_subscribe(s->rk, l) : RD_KAFKA_RESP_ERR__INVALID_ARG;
+    if (l)
+        rd_kafka_topic_partition_list_destroy(l);
     if (e)
         return pb_fail(err, PB_FATAL, "kafka.topics \"%s\": cannot subscribe: %s",
                        s->base.cfg->kafka_topics, rd_kafka_err2str(e));
@@ -331,8 +321,8 @@ static pb_status_t source_connect(pb_source_t *src, pb_error_t *err)
         {"enable.partition.eof", "true"}, /* see catch_up_by */
         {NULL, NULL},
     };
-    pb_status_t st = pb_kafka_new(src->cfg, PB_KAFKA_CONSUMER, forced, s, NULL, on_rebalance,
-                                  on_error, &s->rk, err);
+    const pb_kafka_callbacks_t cb = {.opaque = s, .rebalance = on_rebalance, .error = on_error};
+    pb_status_t st = pb_kafka_new(src->cfg, PB_KAFKA_CONSUMER, forced, &cb, &s->rk, err);
     if (st != PB_OK)
         return st;
     if ((st = pb_kafka_check_reachable(s->rk, src->cfg, CONNECT_TIMEOUT_MS, err)) != PB_OK ||
@@ -624,10 +614,7 @@ pb_status_t pb_source_kafka_new(const pb_config_t *cfg, pb_source_t **out, pb_er
     memset(s, 0, sizeof *s);
     s->base.ops = &kafka_source_ops;
     s->base.cfg = cfg;
-    if (*cfg->kafka_group)
-        snprintf(s->group, sizeof s->group, "%s", cfg->kafka_group);
-    else
-        snprintf(s->group, sizeof s->group, "postbox_%s", cfg->consume_consumer);
+    pb_kafka_group(cfg, s->group, sizeof s->group);
     *out = &s->base;
     return PB_OK;
 }

@@ -77,7 +77,7 @@ static pb_status_t make(pb_config_t *cfg, pb_error_t *err)
     static const pb_kafka_forced_t forced[] = {{"enable.idempotence", "true"}, {"acks", "all"},
                                                {NULL, NULL}};
     rd_kafka_t *rk = NULL;
-    pb_status_t st = pb_kafka_new(cfg, PB_KAFKA_PRODUCER, forced, NULL, NULL, NULL, NULL, &rk, err);
+    pb_status_t st = pb_kafka_new(cfg, PB_KAFKA_PRODUCER, forced, NULL, &rk, err);
     if (rk)
         rd_kafka_destroy(rk);
     return st;

@@ -48,11 +48,7 @@ static bool same_value(const char *name, const char *forced, const char *user)
 }
 
 pb_status_t pb_kafka_new(const pb_config_t *cfg, pb_kafka_role_t role,
-                         const pb_kafka_forced_t *forced, void *opaque,
-                         void (*dr_cb)(rd_kafka_t *, const rd_kafka_message_t *, void *),
-                         void (*rebalance_cb)(rd_kafka_t *, rd_kafka_resp_err_t,
-                                              rd_kafka_topic_partition_list_t *, void *),
-                         void (*err_cb)(rd_kafka_t *, int, const char *, void *),
+                         const pb_kafka_forced_t *forced, const pb_kafka_callbacks_t *cb,
                          rd_kafka_t **out, pb_error_t *err)
 {
     *out = NULL;
@@ -67,6 +63,9 @@ pb_status_t pb_kafka_new(const pb_config_t *cfg, pb_kafka_role_t role,
     if (st == PB_OK && role == PB_KAFKA_PRODUCER)
         /* a message not acknowledged within this is reported failed; the relay retries it */
         st = set(conf, "message.timeout.ms", "30000", err);
+    if (st == PB_OK && role == PB_KAFKA_PRODUCER)
+        /* librdkafka's own retries of produce requests are counted from its statistics */
+        st = set(conf, "statistics.interval.ms", "5000", err);
     if (st == PB_OK && role == PB_KAFKA_CONSUMER)
         /* a new group reads what was published before it joined */
         st = set(conf, "auto.offset.reset", "earliest", err);
@@ -87,13 +86,17 @@ pb_status_t pb_kafka_new(const pb_config_t *cfg, pb_kafka_role_t role,
         rd_kafka_conf_destroy(conf);
         return st;
     }
-    rd_kafka_conf_set_opaque(conf, opaque);
-    if (dr_cb)
-        rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
-    if (rebalance_cb)
-        rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
-    if (err_cb)
-        rd_kafka_conf_set_error_cb(conf, err_cb);
+    if (cb) {
+        rd_kafka_conf_set_opaque(conf, cb->opaque);
+        if (cb->delivery)
+            rd_kafka_conf_set_dr_msg_cb(conf, cb->delivery);
+        if (cb->rebalance)
+            rd_kafka_conf_set_rebalance_cb(conf, cb->rebalance);
+        if (cb->error)
+            rd_kafka_conf_set_error_cb(conf, cb->error);
+        if (cb->stats)
+            rd_kafka_conf_set_stats_cb(conf, cb->stats);
+    }
     char errstr[512];
     rd_kafka_t *rk = rd_kafka_new(role == PB_KAFKA_PRODUCER ? RD_KAFKA_PRODUCER : RD_KAFKA_CONSUMER,
                                   conf, errstr, sizeof errstr);
@@ -104,6 +107,38 @@ pb_status_t pb_kafka_new(const pb_config_t *cfg, pb_kafka_role_t role,
     }
     *out = rk;
     return PB_OK;
+}
+
+void pb_kafka_group(const pb_config_t *cfg, char *out, size_t n)
+{
+    if (*cfg->kafka_group)
+        snprintf(out, n, "%s", cfg->kafka_group);
+    else
+        snprintf(out, n, "postbox_%s", cfg->consume_consumer);
+}
+
+rd_kafka_topic_partition_list_t *pb_kafka_topics(const pb_config_t *cfg)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(4);
+    for (const char *p = cfg->kafka_topics; *p;) {
+        size_t len = strcspn(p, ",");
+        const char *a = p, *b = p + len;
+        while (a < b && *a == ' ')
+            a++;
+        while (b > a && b[-1] == ' ')
+            b--;
+        if (b > a) {
+            char name[512];
+            snprintf(name, sizeof name, "%.*s", (int)(b - a), a);
+            rd_kafka_topic_partition_list_add(l, name, RD_KAFKA_PARTITION_UA);
+        }
+        p += len + (p[len] == ',');
+    }
+    if (l->cnt == 0) {
+        rd_kafka_topic_partition_list_destroy(l);
+        return NULL;
+    }
+    return l;
 }
 
 pb_status_t pb_kafka_check_reachable(rd_kafka_t *rk, const pb_config_t *cfg, int timeout_ms,

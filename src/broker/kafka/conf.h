@@ -23,21 +23,34 @@ typedef struct pb_kafka_forced {
     const char *value;
 } pb_kafka_forced_t;
 
-/* Creates a client handle: bootstrap.servers from kafka.brokers, postbox's defaults (client.id,
- * message.timeout.ms), then every kafka.* property of cfg in its order, then the forced ones
+/* librdkafka's callbacks a client wants (NULL: none), all served by rd_kafka_poll or
+ * rd_kafka_consumer_poll on the caller's thread; opaque is the handle's rd_kafka_opaque. */
+typedef struct pb_kafka_callbacks {
+    void *opaque;
+    void (*delivery)(rd_kafka_t *, const rd_kafka_message_t *, void *);
+    void (*rebalance)(rd_kafka_t *, rd_kafka_resp_err_t, rd_kafka_topic_partition_list_t *,
+                      void *);
+    void (*error)(rd_kafka_t *, int, const char *, void *);
+    int (*stats)(rd_kafka_t *, char *, size_t, void *);
+} pb_kafka_callbacks_t;
+
+/* Creates a client handle: bootstrap.servers from kafka.brokers, postbox's defaults (client.id;
+ * producer: message.timeout.ms 30 s, statistics.interval.ms 5 s; consumer: auto.offset.reset
+ * earliest), then every kafka.* property of cfg in its order, then the forced ones
  * (NULL-terminated list; a user property that sets one of them to another value is a fatal
  * error naming it, as is a property librdkafka does not know or a value it refuses).
- * librdkafka's log lines go to our log under facility "kafka". opaque is the handle's
- * rd_kafka_opaque. dr_cb (producer) and rebalance_cb (consumer) are set when not NULL; the
- * handle is made with the error callback err_cb (may be NULL). PB_FATAL for every failure:
+ * librdkafka's log lines go to our log under facility "kafka". PB_FATAL for every failure:
  * none of them goes away with a retry. */
 pb_status_t pb_kafka_new(const pb_config_t *cfg, pb_kafka_role_t role,
-                         const pb_kafka_forced_t *forced, void *opaque,
-                         void (*dr_cb)(rd_kafka_t *, const rd_kafka_message_t *, void *),
-                         void (*rebalance_cb)(rd_kafka_t *, rd_kafka_resp_err_t,
-                                              rd_kafka_topic_partition_list_t *, void *),
-                         void (*err_cb)(rd_kafka_t *, int, const char *, void *),
+                         const pb_kafka_forced_t *forced, const pb_kafka_callbacks_t *cb,
                          rd_kafka_t **out, pb_error_t *err) PB_MUSTCHECK;
+
+/* The consumer group of postbox consume: kafka.group, else "postbox_" + consume.consumer. */
+void pb_kafka_group(const pb_config_t *cfg, char *out, size_t n);
+
+/* kafka.topics as a subscription list (names trimmed; "^..." a regular expression); NULL when
+ * it names none. The caller destroys it. */
+rd_kafka_topic_partition_list_t *pb_kafka_topics(const pb_config_t *cfg);
 
 /* Asks the cluster for its brokers within timeout_ms: PB_OK when one answered, PB_TRANSIENT
  * naming kafka.brokers and librdkafka's reason otherwise. */
