@@ -572,7 +572,7 @@ static pb_status_t take_new(redis_source_t *s, int64_t block_ms, pb_message_t *m
                             size_t *n, pb_error_t *err)
 {
     const pb_config_t *cfg = s->base.cfg;
-    const char **argv = pb_malloc((8 + 2 * s->nstreams) * sizeof *argv);
+    const char **argv = pb_malloc((9 + 2 * s->nstreams) * sizeof *argv); /* XREADGROUP GROUP g c COUNT n BLOCK ms STREAMS, 2 per stream */
     int argc = 0;
     char count[24], block[24];
     snprintf(count, sizeof count, "%zu", max - *n);
