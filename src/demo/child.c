@@ -192,3 +192,25 @@ int64_t demo_count_in_log(const char *path, const char *needle, long *offset)
     fclose(f);
     return n;
 }
+
+int64_t demo_sum_dropped_copies(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int64_t sum = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        /* "sink.nats: N of M events were already in stream ..." */
+        const char *at = strstr(line, "sink.nats: ");
+        if (!at || !strstr(at, " events were already in stream"))
+            continue;
+        long long n = 0, m = 0;
+        if (sscanf(at + strlen("sink.nats: "), "%lld of %lld", &n, &m) == 2)
+            sum += n;
+    }
+    free(line);
+    fclose(f);
+    return sum;
+}

@@ -437,6 +437,8 @@ int pb_demo_run(const pb_config_t *cfg, const pb_demo_opts_t *o, volatile sig_at
                              .broker_restarts = r.broker_restarts};
         long offset = 0;
         res.dup_delivered = demo_count_in_log(r.consumer.log_path, "duplicate message", &offset);
+        res.dropped_copies =
+            strcmp(o->broker, "nats") == 0 ? demo_sum_dropped_copies(r.relay.log_path) : -1;
         if ((st = demo_result_query(r.conn, &res, &err)) == PB_OK)
             ok = demo_summary(stdout, &res, o->kills);
     }

@@ -80,6 +80,9 @@ pid_t demo_spawn(char *const argv[], const char *log_path);
 /* Occurrences of needle in the file from *offset on; *offset advances to the last complete line
  * read, so calling it again counts only what was appended. */
 int64_t demo_count_in_log(const char *path, const char *needle, long *offset);
+/* Events the NATS sink found in the stream already when it published them again (JetStream
+ * dropped the copy by its Nats-Msg-Id), summed over the relay's log. */
+int64_t demo_sum_dropped_copies(const char *path);
 
 /* ---- producers.c: orders at a steady rate from several connections ----------------------- */
 
@@ -127,6 +130,7 @@ typedef struct demo_result {
     int64_t events_committed;   /* outbox rows, published or not */
     int64_t published, pending, dead_letters, inbox_dead;
     int64_t dup_delivered;      /* deliveries of messages the inbox had seen */
+    int64_t dropped_copies;     /* republished events the broker dropped (NATS), -1: n/a */
     int64_t effects, effects_distinct, effects_unknown, out_of_order;
     double lag_p50_ms, lag_p99_ms;
     int relay_kills, consumer_kills, broker_restarts;

@@ -170,6 +170,9 @@ bool demo_summary(FILE *out, const demo_result_t *r, int kills_planned)
           "(one per committed order, none of the rolled-back ones)");
     row_n(&p, "events published", r->published, r->published == r->committed,
           "(confirmed by the broker; must equal orders committed)");
+    if (r->dropped_copies >= 0)
+        row_n(&p, "republished, dropped by JetStream", r->dropped_copies, true,
+              "(a killed relay's batch sent again; Nats-Msg-Id known to the stream)");
     row_n(&p, "duplicates delivered by the broker", r->dup_delivered, true,
           "(republished after a relay kill, redelivered after a consumer kill)");
     row_n(&p, "duplicates absorbed by the inbox", absorbed, absorbed == r->dup_delivered,
