@@ -1,4 +1,4 @@
-/* postbox demo [--broker amqp|nats] [--orders N] [--duration D] [--kills N] [--producers N]
+/* postbox demo [--broker amqp|nats|redis|kafka] [--orders N] [--duration D] [--kills N] [--producers N]
  * [--rollback PCT] [--chaos broker] [--database NAME] [--keep]: orders flow through the outbox, the relay,
  * the broker, the consumer and its inbox while the relay and the consumer are SIGKILLed; the
  * summary shows that every committed order took effect exactly once and in order. */
@@ -37,8 +37,9 @@ int pb_cmd_demo(pb_cli_t *cli)
         const char *v;
         char **a = cli->args;
         if ((v = pb_args_value(a, cli->n_args, &i, "--broker"))) {
-            if (strcmp(v, "amqp") != 0 && strcmp(v, "nats") != 0)
-                return bad("--broker: expected amqp or nats");
+            if (strcmp(v, "amqp") != 0 && strcmp(v, "nats") != 0 && strcmp(v, "redis") != 0 &&
+                strcmp(v, "kafka") != 0)
+                return bad("--broker: expected amqp, nats, redis or kafka");
             o.broker = v;
         } else if ((v = pb_args_value(a, cli->n_args, &i, "--orders"))) {
             if (!pb_args_count(v, &orders) || orders < 1 || orders > 10000000)

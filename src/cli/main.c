@@ -63,7 +63,7 @@ static void usage(FILE *out)
           "  purge --older-than DURATION [--batch N] [--outbox-only|--inbox-only]\n"
           "                  delete published outbox rows and handled inbox rows older than\n"
           "                  DURATION in batches of short transactions\n"
-          "  demo [--broker amqp|nats] [--orders N] [--duration D] [--kills N]\n"
+          "  demo [--broker amqp|nats|redis|kafka] [--orders N] [--duration D] [--kills N]\n"
           "       [--producers N] [--rollback PCT] [--chaos broker] [--database NAME] [--keep]\n"
           "                  a throwaway shop (database NAME, default postbox_demo, dropped and\n"
           "                  created) places orders (default 50/s for 60 s, 10% more rolled\n"

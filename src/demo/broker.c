@@ -7,6 +7,7 @@
 #include "broker/amqp/conn.h"
 #include "broker/amqp/url.h"
 #include "broker/nats/conn.h"
+#include "broker/redis/conn.h"
 #include "demo/demo_int.h"
 
 static pb_status_t reset_amqp(const pb_config_t *cfg, pb_error_t *err)
@@ -60,9 +61,28 @@ static pb_status_t reset_nats(const pb_config_t *cfg, pb_error_t *err)
     return st;
 }
 
+/* the stream takes its consumer group with it */
+static pb_status_t reset_redis(const pb_config_t *cfg, pb_error_t *err)
+{
+    redisContext *c = NULL;
+    pb_redis_server_t srv;
+    pb_status_t st = pb_redis_connect(cfg, &c, &srv, err);
+    if (st != PB_OK)
+        return st;
+    const char *argv[] = {"DEL", cfg->redis_streams};
+    redisReply *reply = NULL;
+    st = pb_redis_run(c, srv.where, "delete stream", 2, argv, &reply, err);
+    if (reply)
+        freeReplyObject(reply);
+    redisFree(c);
+    return st;
+}
+
 pb_status_t demo_broker_reset(const pb_config_t *cfg, pb_error_t *err)
 {
     if (strcmp(cfg->relay_sink, "nats") == 0)
         return reset_nats(cfg, err);
+    if (strcmp(cfg->relay_sink, "redis") == 0)
+        return reset_redis(cfg, err);
     return reset_amqp(cfg, err);
 }

@@ -63,7 +63,8 @@ static void put_int(writer_t *w, const char *section, const char *key, const cha
 
 pb_status_t demo_write_config(const pb_config_t *base, const demo_setting_t *settings,
                               size_t n_settings, const demo_setting_t *handlers,
-                              size_t n_handlers, const char *path, pb_error_t *err)
+                              size_t n_handlers, const char *extra_ini, const char *path,
+                              pb_error_t *err)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
@@ -84,6 +85,8 @@ pb_status_t demo_write_config(const pb_config_t *base, const demo_setting_t *set
             w.bad = handlers[i].name;
         fprintf(out, "%s = %s\n", handlers[i].name, handlers[i].value);
     }
+    if (extra_ini)
+        fprintf(out, "\n%s", extra_ini);
     bool ok = !ferror(out);
     if (fclose(out) != 0)
         ok = false;

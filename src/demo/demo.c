@@ -48,6 +48,17 @@ typedef struct run {
     long dup_offset;  /* read so far of the consumer's log */
 } run_t;
 
+static const char *broker_title(const char *broker)
+{
+    if (strcmp(broker, "nats") == 0)
+        return "NATS JetStream";
+    if (strcmp(broker, "redis") == 0)
+        return "Redis Streams";
+    if (strcmp(broker, "kafka") == 0)
+        return "Kafka";
+    return "RabbitMQ";
+}
+
 /* Spreads n moments over the production window, each in its own slot, at a random point of the
  * slot's middle; offset shifts the relay's slots from the consumer's. */
 static int64_t *kill_schedule(int n, int64_t window_ms, double offset)
@@ -63,7 +74,11 @@ static int64_t *kill_schedule(int n, int64_t window_ms, double offset)
 static pb_status_t write_child_config(run_t *r, const pb_config_t *cfg, pb_error_t *err)
 {
     const pb_demo_opts_t *o = r->o;
-    char exchange[160], queue[160], stream[160], prefix[160];
+    char exchange[160], queue[160], stream[160], prefix[160], redis_prefix[160], redis_stream[160];
+    char topic[120], group[160];
+    /* the mock cluster of scripts/services never deletes a topic: each run gets its own */
+    snprintf(topic, sizeof topic, "%s.%lld.orders", o->database, (long long)(pb_wall_us() / 1000));
+    snprintf(group, sizeof group, "%s.%s", topic, DEMO_CONSUMER);
     snprintf(exchange, sizeof exchange, "%s.events", o->database);
     snprintf(queue, sizeof queue, "%s.%s", o->database, DEMO_CONSUMER);
     snprintf(prefix, sizeof prefix, "%s.", o->database);
@@ -71,6 +86,8 @@ static pb_status_t write_child_config(run_t *r, const pb_config_t *cfg, pb_error
     for (const char *c = o->database; *c && k + 1 < sizeof stream; c++)
         stream[k++] = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
     stream[k] = '\0';
+    snprintf(redis_prefix, sizeof redis_prefix, "%s:", o->database);
+    snprintf(redis_stream, sizeof redis_stream, "%s:orders", o->database);
     const demo_setting_t settings[] = {
         {"postgres.dsn", r->dsn},
         {"relay.sink", o->broker},
@@ -99,6 +116,18 @@ static pb_status_t write_child_config(run_t *r, const pb_config_t *cfg, pb_error
         /* a killed consumer's deliveries come back after this */
         {"nats.ack_wait", "5s"},
         {"nats.max_age", "1h"},
+        /* one stream for every event; a restarted consumer keeps its name, so it takes up its
+         * own pending entries first */
+        {"redis.stream_prefix", redis_prefix},
+        {"redis.stream", "orders"},
+        {"redis.streams", redis_stream},
+        {"redis.group", ""},
+        {"redis.consumer_name", DEMO_CONSUMER},
+        {"redis.claim_idle", "2s"},
+        {"redis.max_age", "1h"},
+        {"kafka.topic", topic},
+        {"kafka.topics", topic},
+        {"kafka.group", group},
         {"metrics.listen", ""},
         {"log.format", "text"},
         {"log.level", "info"},
@@ -106,8 +135,11 @@ static pb_status_t write_child_config(run_t *r, const pb_config_t *cfg, pb_error
     const demo_setting_t handlers[] = {
         {DEMO_EVENT_TYPE, "SELECT shipping.on_order_placed($1::jsonb, $2::jsonb)"},
     };
+    /* a killed consumer's partitions go to its successor within seconds */
+    const char *kafka_ini = "[kafka]\nsession.timeout.ms = 2500\nheartbeat.interval.ms = 500\n";
     pb_status_t st = demo_write_config(cfg, settings, sizeof settings / sizeof *settings, handlers,
-                                       1, r->config_path, err);
+                                       1, strcmp(o->broker, "kafka") == 0 ? kafka_ini : NULL,
+                                       r->config_path, err);
     if (st != PB_OK)
         return st;
     if ((st = pb_config_load_file(&r->child_cfg, r->config_path, err)) == PB_OK)
@@ -151,7 +183,7 @@ static void restart_broker(run_t *r)
                            "the broker is left alone");
         return;
     }
-    const char *server = strcmp(r->o->broker, "nats") == 0 ? "nats" : "amqp";
+    const char *server = r->o->broker; /* scripts/services names them as --broker does */
     char *argv[] = {(char *)"/bin/bash", (char *)"-c", (char *)"\"$0\" stop \"$1\" && \"$0\" start \"$1\"",
                     script, (char *)server, NULL};
     r->broker_pid = demo_spawn(argv, r->broker_log);
@@ -162,7 +194,10 @@ static void restart_broker(run_t *r)
 
 static pb_status_t wait_consumer_ready(run_t *r, pb_error_t *err)
 {
-    const char *needle = strcmp(r->o->broker, "nats") == 0 ? "durable pull consumer" : "consuming queue";
+    const char *needle = strcmp(r->o->broker, "nats") == 0    ? "durable pull consumer"
+                         : strcmp(r->o->broker, "redis") == 0 ? "in group"
+                         : strcmp(r->o->broker, "kafka") == 0 ? "assigned"
+                                                              : "consuming queue";
     int64_t deadline = pb_monotonic_ms() + READY_TIMEOUT_MS;
     long offset = 0;
     while (demo_count_in_log(r->consumer.log_path, needle, &offset) == 0) {
@@ -178,6 +213,31 @@ static pb_status_t wait_consumer_ready(run_t *r, pb_error_t *err)
         pb_sleep_ms(TICK_MS);
     }
     return PB_OK;
+}
+
+static pb_status_t wait_first_published(run_t *r, pb_error_t *err)
+{
+    int64_t deadline = pb_monotonic_ms() + READY_TIMEOUT_MS;
+    for (;;) {
+        PGresult *res = PQexec(r->conn, "SELECT EXISTS (SELECT 1 FROM postbox.outbox_published)");
+        pb_status_t st = pb_pg_check(r->conn, res, PGRES_TUPLES_OK, "first published event", err);
+        if (st != PB_OK)
+            return st;
+        bool any = PQgetvalue(res, 0, 0)[0] == 't';
+        PQclear(res);
+        if (any)
+            return PB_OK;
+        int status;
+        if (demo_child_exited(&r->relay, &status))
+            return pb_fail(err, PB_FATAL, "postbox relay exited with %d at start (see %s)", status,
+                           r->relay.log_path);
+        if (*r->stop)
+            return pb_fail(err, PB_TRANSIENT, "interrupted");
+        if (pb_monotonic_ms() > deadline)
+            return pb_fail(err, PB_TRANSIENT, "the relay published nothing within %d s (see %s)",
+                           READY_TIMEOUT_MS / 1000, r->relay.log_path);
+        pb_sleep_ms(TICK_MS);
+    }
 }
 
 static pb_status_t sample(run_t *r, pb_error_t *err)
@@ -373,7 +433,7 @@ static void print_intro(const run_t *r)
            "each SIGKILLed %d times%s.\n"
            "database \"%s\", configuration and logs in %s\n\n",
            (long long)o->orders, (double)o->duration_ms / 1000, o->producers, o->rollback_pct,
-           strcmp(o->broker, "nats") == 0 ? "NATS JetStream" : "RabbitMQ", DEMO_CONSUMER, o->kills,
+           broker_title(o->broker), DEMO_CONSUMER, o->kills,
            o->chaos_broker ? ", the broker restarted once" : "", o->database, r->dir);
     fflush(stdout);
 }
@@ -395,10 +455,13 @@ int pb_demo_run(const pb_config_t *cfg, const pb_demo_opts_t *o, volatile sig_at
     r.relay_kill_at = kill_schedule(o->kills, production_ms, 0.15);
     r.consumer_kill_at = kill_schedule(o->kills, production_ms, 0.5);
 
+    /* a queue, stream or group must exist before the relay publishes; a Kafka consumer group
+     * needs its topic, which the relay's first event creates */
+    bool consumer_first = strcmp(o->broker, "kafka") != 0;
     pb_status_t st = prepare(&r, cfg, &err);
     if (st == PB_OK) {
         print_intro(&r);
-        if ((st = demo_child_start(&r.consumer, &err)) == PB_OK)
+        if (consumer_first && (st = demo_child_start(&r.consumer, &err)) == PB_OK)
             st = wait_consumer_ready(&r, &err);
     }
     if (st == PB_OK)
@@ -408,6 +471,9 @@ int pb_demo_run(const pb_config_t *cfg, const pb_demo_opts_t *o, volatile sig_at
         st = demo_producers_start(r.dsn, o->producers, o->orders, production_ms, o->rollback_pct,
                                   &prod, &err);
     }
+    if (st == PB_OK && !consumer_first && (st = wait_first_published(&r, &err)) == PB_OK &&
+        (st = demo_child_start(&r.consumer, &err)) == PB_OK)
+        st = wait_consumer_ready(&r, &err);
     if (st == PB_OK)
         st = run_loop(&r, prod, &err);
     demo_progress_end(r.tty);
@@ -428,7 +494,7 @@ int pb_demo_run(const pb_config_t *cfg, const pb_demo_opts_t *o, volatile sig_at
         st = pb_fail(&err, PB_FATAL, "on SIGTERM the relay exited with %d, the consumer with %d",
                      relay_rc, consumer_rc);
     if (st == PB_OK) {
-        demo_result_t res = {.broker = strcmp(o->broker, "nats") == 0 ? "NATS JetStream" : "RabbitMQ",
+        demo_result_t res = {.broker = broker_title(o->broker),
                              .seconds = (double)(pb_monotonic_ms() - r.t0_ms) / 1000,
                              .committed = r.lv.committed,
                              .rolled_back = r.lv.rolled_back,

@@ -47,10 +47,12 @@ typedef struct demo_setting {
 
 /* Writes every option of base as an INI file at path (mode 0600: it holds the passwords),
  * the settings replacing base's values, then a [handlers] section with n_handlers pairs of
- * type and SQL. Fails naming a value an INI file cannot hold (a newline or ';'). */
+ * type and SQL, then extra_ini as it is (sections of free keys such as librdkafka's; may be
+ * NULL). Fails naming a value an INI file cannot hold (a newline or ';'). */
 pb_status_t demo_write_config(const pb_config_t *base, const demo_setting_t *settings,
                               size_t n_settings, const demo_setting_t *handlers,
-                              size_t n_handlers, const char *path, pb_error_t *err) PB_MUSTCHECK;
+                              size_t n_handlers, const char *extra_ini, const char *path,
+                              pb_error_t *err) PB_MUSTCHECK;
 
 /* ---- child.c: the relay and the consumer as child processes ------------------------------ */
 
