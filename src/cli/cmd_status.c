@@ -14,6 +14,7 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "cli/status_kafka.h"
 #include "cli/status_redis.h"
 #include "common/log.h"
 #include "relay/shards.h"
@@ -124,6 +125,9 @@ static void print_table(json_t *o)
     json_t *redis = json_object_get(o, "redis");
     if (redis)
         pb_status_redis_print(redis);
+    json_t *kafka = json_object_get(o, "kafka");
+    if (kafka)
+        pb_status_kafka_print(kafka);
 
     json_t *failed = json_object_get(o, "checks_failed");
     if (json_array_size(failed)) {
@@ -240,6 +244,14 @@ int pb_cmd_status(pb_cli_t *cli)
             n_failed++;
         }
         json_object_set_new(o, "redis", redis);
+    }
+    if (pb_status_kafka_wanted(&cli->cfg)) {
+        json_t *kafka = pb_status_kafka(&cli->cfg);
+        if (json_object_get(kafka, "error")) {
+            json_array_append_new(failed, json_string("kafka cannot be asked"));
+            n_failed++;
+        }
+        json_object_set_new(o, "kafka", kafka);
     }
     n_failed += check(failed, lim.max_backlog >= 0 && s.backlog > lim.max_backlog,
                       "backlog %lld > %lld", (long long)s.backlog, (long long)lim.max_backlog);

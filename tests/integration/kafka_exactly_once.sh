@@ -105,6 +105,12 @@ stop_relay
 ((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"
 stop_consumer
 
+# postbox status asks the cluster for the group's committed offsets: nothing left
+status=$("$POSTBOX_BIN" status 2>/dev/null) || true
+grep -q "consumer group \"$POSTBOX_KAFKA_GROUP\": lag 0$" <<<"$status" ||
+    fail "postbox status does not show lag 0 for group $POSTBOX_KAFKA_GROUP: $(grep -A6 '^kafka' <<<"$status")"
+say "postbox status: $(grep 'consumer group' <<<"$status")"
+
 in_topic=$(kafka_tool count "$POSTBOX_KAFKA_BROKERS" "$TOPIC")
 dups=$(dup_lines)
 rows=$(inbox_count)
@@ -138,8 +144,14 @@ say "inbox: $rows rows ($processed processed), committed events without an inbox
 
 # replay: a new consumer group reads the whole topic again
 before=$dups
-start_consumer "${GROUP_OPTS[@]}" --set kafka.group=pb.$PB_KAFKA_RUN.replay
+METRICS_PORT=$((20000 + RANDOM % 10000))
+start_consumer "${GROUP_OPTS[@]}" --set kafka.group=pb.$PB_KAFKA_RUN.replay --set metrics.listen=127.0.0.1:$METRICS_PORT
 wait_until '(( $(dup_lines) >= before + in_topic ))' 180 || fail "replay: only $(($(dup_lines) - before)) of $in_topic messages came back as duplicates"
+# /metrics: the consumer lag of each partition (librdkafka's view), 0 once it caught up
+lag_sum() { curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" |
+    awk '/^postbox_consumer_lag_messages\{/ { n++; s += $2 } END { if (n) print s; else print -1 }'; }
+wait_until '[[ $(lag_sum) == 0 ]]' 30 || fail "replay: /metrics shows consumer lag $(lag_sum) (-1: no series)"
+say "replay: /metrics shows $(curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" | grep -c '^postbox_consumer_lag_messages{') partition lag series, all 0"
 stop_consumer
 off=$(psql_q "$off_query")
 say "replay of the whole topic through a new consumer group: $(($(dup_lines) - before)) duplicates absorbed; accounts off: $off; inbox rows $(inbox_count)"
