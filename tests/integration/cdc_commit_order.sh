@@ -12,6 +12,7 @@ source "$(dirname "$0")/lib.sh"
 
 PRODUCERS=4 TXNS=80 BATCH=16
 pb_init
+use_least_privilege --set relay.capture=cdc # the relay: postbox_relay, REPLICATION
 setup_queue '#'
 cdc_use_slot
 psql_q "CREATE SEQUENCE commit_seq;

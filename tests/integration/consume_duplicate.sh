@@ -20,7 +20,9 @@ export POSTBOX_CONSUME_HANDLER="INSERT INTO balance (account, amount)
 balance_of() { psql_q "SELECT coalesce((SELECT amount FROM balance WHERE account = '$1'), 0)"; }
 
 pb_init
-psql_q "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL)"
+use_least_privilege # relay and consumer as members of postbox_relay / postbox_consumer
+psql_q "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL);
+        GRANT SELECT, INSERT, UPDATE ON balance TO pb_it_consumer" # the handler's own grant
 setup_queue '#'
 
 # the same message twice, back to back (very likely one batch: deduplicated within it)

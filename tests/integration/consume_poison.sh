@@ -15,7 +15,9 @@ BAD_SQL="SELECT 1 / ((\$1::jsonb->>'amount')::int * 0)"
 N_GOOD=400
 
 pb_init
-psql_q "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL)"
+use_least_privilege # relay and consumer as members of postbox_relay / postbox_consumer
+psql_q "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL);
+        GRANT SELECT, INSERT, UPDATE ON balance TO pb_it_consumer" # the handler's own grant
 setup_queue '#'
 
 # the poison message first, then the good ones (account g<i % 10>, amount i)

@@ -54,7 +54,9 @@ produce_rolled_back() {
 }
 
 pb_init
-psql_q "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL)"
+use_least_privilege # relay and consumer as members of postbox_relay / postbox_consumer
+psql_q "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL);
+        GRANT SELECT, INSERT, UPDATE ON balance TO pb_it_consumer" # the handler's own grant
 start_consumer # creates the stream and the durable consumer
 wait_until '[[ $(consumer_backlog) != -1 ]]' 30 || { tail -n 20 "$CONSUMER_LOG" >&2; fail "the consumer did not create its durable consumer"; }
 start_relay --set relay.batch_size=$RELAY_BATCH

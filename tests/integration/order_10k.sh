@@ -6,6 +6,7 @@ source "$(dirname "$0")/lib.sh"
 
 N_AGG=100 PER_AGG=100
 pb_init
+use_least_privilege # the relay runs as a member of postbox_relay
 setup_queue '#'
 psql_q "CREATE TABLE public.outbox_updates (at timestamptz NOT NULL DEFAULT now());
         CREATE FUNCTION public.count_outbox_updates() RETURNS trigger LANGUAGE plpgsql AS

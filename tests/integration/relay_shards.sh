@@ -10,6 +10,7 @@ source "$(dirname "$0")/lib.sh"
 N_AGG=200 P1=100 P2=50 # seq per aggregate: 20,000 events in phase 1, 10,000 in phase 2
 OPTS=(--set relay.shards=8 --set relay.batch_size=20 --set relay.poll_interval=200ms)
 pb_init
+use_least_privilege # the relay runs as a member of postbox_relay
 setup_queue '#'
 
 # relays_json: "PID:SHARDS PID:SHARDS" of the relays that own shards, from postbox status --json

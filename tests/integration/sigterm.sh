@@ -5,6 +5,7 @@ source "$(dirname "$0")/lib.sh"
 
 N_AGG=50 PER_AGG=100
 pb_init
+use_least_privilege # the relay runs as a member of postbox_relay
 setup_queue '#'
 enqueue_seq $N_AGG 1 $PER_AGG
 total=$((N_AGG * PER_AGG))
