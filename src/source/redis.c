@@ -4,9 +4,9 @@
  * At connect the group is created on every stream that lacks it (XGROUP CREATE ... 0 MKSTREAM:
  * a new group starts at the beginning of the stream, which the relay's bound keeps finite).
  * Each receive then takes, in this order and up to the batch size:
- *   1. the entries given back by requeue, claimed again by this consumer (XCLAIM, min-idle 0):
- *      Redis has no negative acknowledgement, so a requeued entry stays pending on this
- *      consumer and is handed out again from here;
+ *   1. the entries given back by requeue (the consumer requeues what it gives up on), claimed
+ *      again by this consumer (XCLAIM, min-idle 0): Redis has no negative acknowledgement, so
+ *      a requeued entry stays pending on this consumer and is handed out again from here;
  *   2. after a (re)connect, this consumer's own pending entries (XREADGROUP ... 0): delivered
  *      before the connection was lost and never acknowledged;
  *   3. entries pending on other consumers of the group (dead ones) for longer than
@@ -14,15 +14,16 @@
  *   4. new entries (XREADGROUP ... >), waiting up to wait_ms for the first and up to
  *      batch_wait_ms more for the rest.
  * An entry is acknowledged (XACK) only when the consumer core says so, after the PostgreSQL
- * transaction with its inbox row committed. While the core holds a failed entry back for its
- * backoff, receive resets the entry's idle time every claim_idle / 3 (XCLAIM ... JUSTID), so no
- * other consumer claims it meanwhile.
+ * transaction with its inbox row committed, in any order. While the core holds an entry back
+ * (a failed one retried after its backoff, and the later ones of its aggregate), receive resets
+ * the entry's idle time every claim_idle / 3 (XCLAIM ... JUSTID), so no other consumer claims it
+ * meanwhile.
  *
  * An entry trimmed from its stream (MAXLEN/MINID) while pending cannot be delivered again:
  * XAUTOCLAIM and XCLAIM drop it from the group's pending list, and that is logged as a warning.
  *
  * pb_message_t: message_id = the entry's event_id field (or consume.message_id_header), type =
- * event_type, aggregate_id, sequence = PB_SEQUENCE_HEADER, body = payload, headers = the
+ * event_type, aggregate_type, aggregate_id, sequence = PB_SEQUENCE_HEADER, body = payload, headers = the
  * headers field (a JSON object) with event_type, aggregate_type, aggregate_id, created_at and
  * the sequence added, routing_key = exchange = the stream, redelivered when the entry was
  * delivered before, timestamp = the entry id's milliseconds (when Redis stored it).
@@ -354,12 +355,9 @@ static bool take_entry(redis_source_t *s, uint32_t si, const redisReply *e, bool
                                            : "event_id");
     m->type = text_field(fields, "event_type");
     m->aggregate_id = text_field(fields, "aggregate_id");
+    m->aggregate_type = text_field(fields, "aggregate_type");
     const char *seq = text_field(fields, PB_SEQUENCE_HEADER);
-    if (seq) {
-        char *end;
-        long long v = strtoll(seq, &end, 10);
-        m->sequence = *end == '\0' && v > 0 ? (int64_t)v : 0;
-    }
+    m->sequence = seq ? pb_source_sequence(seq, strlen(seq)) : 0;
     const redisReply *body = field(fields, "payload");
     m->body = body ? body->str : "";
     m->body_len = body ? body->len : 0;
