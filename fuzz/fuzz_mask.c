@@ -2,7 +2,8 @@
  * byte, then a JSON document; the first byte of the rules chooses whether they apply to the
  * payload or (its low bit) to the headers. Checked on top of memory safety:
  *   - every JSON text jansson accepts is accepted by the rewriter (unless nested deeper than
- *     PB_MASK_MAX_DEPTH), and what it writes for it is accepted by jansson too;
+ *     PB_MASK_MAX_DEPTH, or holding a raw NUL byte, which jansson lets pass after a number),
+ *     and what it writes for it is accepted by jansson too;
  *   - a rewritten text is accepted by the rewriter again. */
 #include <stddef.h>
 #include <stdint.h>
@@ -44,7 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pb_buf_t out = {0}, again = {0};
         bool changed, changed2;
         pb_status_t st = pb_mask_rewrite(m, "t", headers, json, len, &out, &changed, &err);
-        bool valid = jansson_accepts(json, len);
+        /* a raw NUL byte is never valid JSON, but jansson takes one after a number ("[2\0]") */
+        bool valid = !memchr(json, '\0', len) && jansson_accepts(json, len);
         if (st != PB_OK && valid && strstr(err.msg, "not valid JSON") &&
             !strstr(err.msg, "nested deeper"))
             abort(); /* refused a valid JSON text */
