@@ -491,8 +491,10 @@ static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t m
         msgs[*n] = e->msg;
         msgs[(*n)++].redelivered = true;
     }
-    memmove(s->again, s->again + k, (s->nagain - k) * sizeof *s->again);
-    s->nagain -= k;
+    if (k > 0) { /* again is NULL until something was requeued */
+        memmove(s->again, s->again + k, (s->nagain - k) * sizeof *s->again);
+        s->nagain -= k;
+    }
     if (max == 0) {
         rd_kafka_poll(s->rk, 0); /* error callbacks; a consumer's messages wait */
         return PB_OK;

@@ -5,7 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/demo_lib.sh"
 
-for bad in "--broker kafka" "--orders 0" "--duration 0" "--chaos relay" "--database Bad-Name" "--nonsense"; do
+for bad in "--broker mqtt" "--orders 0" "--duration 0" "--chaos relay" "--database Bad-Name" "--nonsense"; do
     rc=0
     # shellcheck disable=SC2086
     msg=$("$POSTBOX_BIN" demo $bad 2>&1) || rc=$?
