@@ -70,6 +70,9 @@ static family_t inbox_dead = {"postbox_inbox_dead_total", "counter",
 static family_t slot_lag = {"postbox_replication_slot_lag_bytes", "gauge",
                             "WAL bytes between the current position and the slot's confirmed flush position",
                             {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t cdc_rejected = {"postbox_cdc_rejected_messages_total", "counter",
+                                "logical messages with the relay's prefix that postbox.emit did not sign (forged?), dropped, by slot",
+                                {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t redis_stream_length = {"postbox_redis_stream_length", "gauge",
                                        "entries in a Redis stream (XLEN), sampled by the redis sink and source",
                                        {"stream", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
@@ -97,7 +100,7 @@ static family_t consumer_lag = {"postbox_consumer_lag_messages", "gauge",
                                 {"topic", "partition"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
 
 static family_t *const families_relay[] = {&published, &publish_errors, &dead_letters_total,
-                                           &slot_lag, &redis_stream_length};
+                                           &slot_lag, &cdc_rejected, &redis_stream_length};
 static family_t *const families_consume[] = {&inbox_processed, &inbox_duplicates,
                                              &inbox_failures, &inbox_dead, &redis_stream_length,
                                              &redis_group_pending, &redis_group_lag,
@@ -354,6 +357,11 @@ void pb_metrics_inbox(const char *consumer, uint64_t processed, uint64_t duplica
 void pb_metrics_purged(const char *table, uint64_t rows)
 {
     add(&purged, table, NULL, (double)rows);
+}
+
+void pb_metrics_cdc_rejected(const char *slot)
+{
+    add(&cdc_rejected, slot, NULL, 1);
 }
 
 void pb_metrics_broker_error(const char *broker, const char *kind)

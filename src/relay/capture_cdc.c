@@ -231,6 +231,7 @@ static void append(cdc_capture_t *r, pb_cdc_event_t *e)
 static void reject_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_emit_verdict_t verdict)
 {
     r->n_rejected++;
+    pb_metrics_cdc_rejected(r->base.cfg->cdc_slot);
     if (r->n_rejected > REJECT_LOG_ALL && r->n_rejected % 1000 != 0)
         return;
     char lsn[32];

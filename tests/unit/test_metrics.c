@@ -100,11 +100,14 @@ static void readiness_needs_all_three(void **state)
     assert_true(pb_metrics_ready());
     pb_metrics_set_outbox(123, true, 4.5, 7, 0.001);
     pb_metrics_set_slot_lag("postbox", 4096);
+    pb_metrics_cdc_rejected("postbox");
+    pb_metrics_cdc_rejected("postbox");
     char *t = render();
     assert_non_null(strstr(t, "postbox_outbox_backlog 123\n"));
     assert_non_null(strstr(t, "postbox_outbox_oldest_pending_age_seconds 4.5\n"));
     assert_non_null(strstr(t, "postbox_dead_letters 7\n"));
     assert_non_null(strstr(t, "postbox_replication_slot_lag_bytes{slot=\"postbox\"} 4096\n"));
+    assert_non_null(strstr(t, "postbox_cdc_rejected_messages_total{slot=\"postbox\"} 2\n"));
     assert_non_null(strstr(t, "postbox_owner 1\n"));
     free(t);
 }
