@@ -19,6 +19,9 @@
  * the entry's idle time every claim_idle / 3 (XCLAIM ... JUSTID), so no other consumer claims it
  * meanwhile.
  *
+ * A consumer of the group that holds nothing and has been silent for 10 x redis.claim_idle is
+ * removed from the group after a claim pass (every restarted process has a new name).
+ *
  * An entry trimmed from its stream (MAXLEN/MINID) while pending cannot be delivered again:
  * XAUTOCLAIM and XCLAIM drop it from the group's pending list, and that is logged as a warning.
  *
@@ -54,6 +57,7 @@
 #define FAC "source.redis"
 #define MIN_CLAIM_PASS_MS 1000
 #define IDS_PER_COMMAND 500 /* entry ids per XACK / XCLAIM */
+#define DEAD_CONSUMER_IDLES 10 /* a consumer silent for this many claim_idle is gone */
 
 /* An entry id, ms-seq. */
 typedef struct entry_id {
@@ -513,6 +517,47 @@ static pb_status_t take_history(redis_source_t *s, pb_message_t *msgs, size_t ma
     return PB_OK;
 }
 
+/* Removes from the group the consumers that hold nothing and have not been heard of for
+ * DEAD_CONSUMER_IDLES x redis.claim_idle (processes that died and whose entries were claimed):
+ * every restart names a new consumer, and the group would keep them all. A consumer with
+ * pending entries is never removed (XGROUP DELCONSUMER would drop its entries). */
+static pb_status_t prune_consumers(redis_source_t *s, const stream_state_t *ss, pb_error_t *err)
+{
+    const char *argv[] = {"XINFO", "CONSUMERS", ss->name, s->group};
+    redisReply *r = NULL;
+    pb_status_t st = run(s, "XINFO CONSUMERS", 4, argv, &r, err);
+    if (st != PB_OK)
+        return st;
+    long long dead_after = (long long)s->base.cfg->redis_claim_idle * DEAD_CONSUMER_IDLES;
+    for (size_t k = 0; r->type == REDIS_REPLY_ARRAY && k < r->elements; k++) {
+        const redisReply *c = r->element[k];
+        const char *name = NULL;
+        long long pending = -1, idle = -1;
+        for (size_t f = 0; c->type == REDIS_REPLY_ARRAY && f + 1 < c->elements; f += 2) {
+            const redisReply *key = c->element[f], *val = c->element[f + 1];
+            if (key->type != REDIS_REPLY_STRING)
+                continue;
+            if (strcmp(key->str, "name") == 0 && val->type == REDIS_REPLY_STRING)
+                name = val->str;
+            else if (strcmp(key->str, "pending") == 0 && val->type == REDIS_REPLY_INTEGER)
+                pending = val->integer;
+            else if (strcmp(key->str, "idle") == 0 && val->type == REDIS_REPLY_INTEGER)
+                idle = val->integer;
+        }
+        if (!name || strcmp(name, s->consumer) == 0 || pending != 0 || idle < dead_after)
+            continue;
+        const char *del[] = {"XGROUP", "DELCONSUMER", ss->name, s->group, name};
+        if ((st = run(s, "XGROUP DELCONSUMER", 5, del, NULL, err)) != PB_OK) {
+            freeReplyObject(r);
+            return st;
+        }
+        log_info(FAC, "removed consumer \"%s\" from group \"%s\" of stream \"%s\": nothing "
+                      "pending, silent for %lld s", name, s->group, ss->name, idle / 1000);
+    }
+    freeReplyObject(r);
+    return PB_OK;
+}
+
 /* 3. entries idle on other (dead) consumers for longer than redis.claim_idle: XAUTOCLAIM. */
 static pb_status_t take_claimed(redis_source_t *s, pb_message_t *msgs, size_t max, size_t *n,
                                 pb_error_t *err)
@@ -560,6 +605,8 @@ static pb_status_t take_claimed(redis_source_t *s, pb_message_t *msgs, size_t ma
         if (strcmp(ss->claim_cursor, "0-0") == 0) { /* a pass is complete */
             int64_t pass = cfg->redis_claim_idle / 2;
             ss->claim_due_ms = now + (pass < MIN_CLAIM_PASS_MS ? MIN_CLAIM_PASS_MS : pass);
+            if ((st = prune_consumers(s, ss, err)) != PB_OK)
+                return st;
         }
     }
     return PB_OK;

@@ -5,7 +5,8 @@
 #      shows length 50, 20 pending, 30 not delivered (lag) and the oldest pending entry's idle
 #      time; --json gives the same figures;
 #   3. postbox consume claims the ghost's entries after redis.claim_idle and handles the rest:
-#      its /metrics shows the group's pending entries and lag at 0, and so does status;
+#      its /metrics shows the group's pending entries and lag at 0, and so does status; the
+#      ghost, holding nothing and silent for 10 x claim_idle, is removed from the group;
 #   4. an unreachable Redis makes status fail its check.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/redis_lib.sh"
@@ -65,6 +66,10 @@ lag_metric="postbox_redis_group_lag{stream=\"$STREAM\",group=\"$GROUP\"}"
 wait_until '[[ $(metric "$URL2" "$pend_metric") == 0 && $(metric "$URL2" "$lag_metric") == 0 ]]' 10 ||
     fail "consume /metrics: pending $(metric "$URL2" "$pend_metric"), lag $(metric "$URL2" "$lag_metric"); expected 0 and 0"
 grep -q "claimed 20 entries of stream \"$STREAM\"" "$CONSUMER_LOG" || fail "the ghost's 20 entries were not claimed"
+# the ghost, silent and holding nothing now, leaves the group after 10 x claim_idle
+wait_until '! redis_cli --raw XINFO CONSUMERS "$STREAM" "$GROUP" | grep -qx ghost' 20 ||
+    fail "the dead consumer ghost is still in the group: $(redis_cli --raw XINFO CONSUMERS "$STREAM" "$GROUP" | tr '\n' ' ')"
+grep -q 'removed consumer "ghost"' "$CONSUMER_LOG" || fail "the removal of ghost is not logged"
 say "consume /metrics: $pend_metric $(metric "$URL2" "$pend_metric"), lag $(metric "$URL2" "$lag_metric"), length $(metric "$URL2" "$len_metric")"
 stop_consumer
 line=$("$POSTBOX_BIN" status | grep -E "^  $STREAM ")
