@@ -5,13 +5,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "demo/demo_int.h"
 #include "store/pg.h"
 
 #define PLAIN_EVERY_MS 5000
-#define BAR_WIDTH 24
+#define BAR_WIDTH 20
 
 /* 12345678 -> "12,345,678" */
 static const char *grouped(int64_t v, char *buf, size_t n)
@@ -48,16 +50,23 @@ void demo_progress(const demo_live_t *lv, bool tty, bool force)
     int64_t backlog = lv->committed - lv->applied;
     if (tty) {
         int done = lv->target > 0 ? (int)(lv->applied * BAR_WIDTH / lv->target) : 0;
-        char bar[BAR_WIDTH + 1];
+        int placed = lv->target > 0 ? (int)(lv->committed * BAR_WIDTH / lv->target) : 0;
+        char bar[BAR_WIDTH + 1], line[512];
         for (int i = 0; i < BAR_WIDTH; i++)
-            bar[i] = i < done ? '#' : (i < lv->committed * BAR_WIDTH / (lv->target ? lv->target : 1) ? '-' : '.');
+            bar[i] = i < done ? '#' : i < placed ? '-' : '.';
         bar[BAR_WIDTH] = '\0';
-        printf("\r\033[K[%s] %3.0fs  orders %s/%s %4.0f/s  applied %s %4.0f/s  backlog %s  "
-               "lag %s  kills: relay %d, consumer %d of %d",
-               bar, lv->elapsed_s, grouped(lv->committed, c, sizeof c),
-               grouped(lv->target, t, sizeof t), lv->commit_rate, grouped(lv->applied, a, sizeof a),
-               lv->apply_rate, grouped(backlog, b, sizeof b), duration_text(lv->lag_ms, lag, sizeof lag),
-               lv->relay_kills, lv->consumer_kills, lv->kills_planned);
+        snprintf(line, sizeof line,
+                 "[%s] %3.0fs orders %s/%s %3.0f/s | applied %s %3.0f/s | kills relay %d "
+                 "consumer %d | lag %s | backlog %s",
+                 bar, lv->elapsed_s, grouped(lv->committed, c, sizeof c),
+                 grouped(lv->target, t, sizeof t), lv->commit_rate, grouped(lv->applied, a, sizeof a),
+                 lv->apply_rate, lv->relay_kills, lv->consumer_kills,
+                 duration_text(lv->lag_ms, lag, sizeof lag), grouped(backlog, b, sizeof b));
+        /* one line, or \r cannot redraw it: cut at the terminal's width */
+        struct winsize ws;
+        if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 && ws.ws_col < sizeof line)
+            line[ws.ws_col - 1] = '\0';
+        printf("\r\033[K%s", line);
         fflush(stdout);
         return;
     }
