@@ -42,6 +42,17 @@ static int failure(const pb_error_t *err)
     return PB_EXIT_FAILURE;
 }
 
+/* A stored value as the terminal gets it: payloads, headers and reasons come from outside, and
+ * their control characters (an escape sequence rewrites the screen) are shown escaped. */
+static void print_terminal_text(const char *v)
+{
+    size_t cap = strlen(v) * 6 + 1; /* the longest escape, \u009b, for a 2-byte character */
+    char *buf = pb_malloc(cap);
+    pb_text_escape(buf, cap, v);
+    fputs(buf, stdout);
+    free(buf);
+}
+
 /* The aggregate headers the sink writes from the event: taken from the stored headers. */
 static const char *header_text(json_t *headers, const char *key)
 {
@@ -312,9 +323,11 @@ int pb_cmd_dlq(pb_cli_t *cli)
         } else if (show) {
             for (int r = 0; r < PQntuples(res); r++) {
                 printf("%s-- dead letter %s\n", r ? "\n" : "", PQgetvalue(res, r, 0));
-                for (int c = 1; c < PQnfields(res); c++)
-                    printf("%-15s %s\n", PQfname(res, c),
-                           PQgetisnull(res, r, c) ? "(null)" : PQgetvalue(res, r, c));
+                for (int c = 1; c < PQnfields(res); c++) {
+                    printf("%-15s ", PQfname(res, c));
+                    print_terminal_text(PQgetisnull(res, r, c) ? "(null)" : PQgetvalue(res, r, c));
+                    putchar('\n');
+                }
             }
         } else {
             /* columns (store/dead_letters.h): outbox id, event_id, event_type, aggregate_type,
@@ -326,12 +339,15 @@ int pb_cmd_dlq(pb_cli_t *cli)
                    inbox ? "message type" : "event type", inbox ? "consumer / message id" : "aggregate",
                    "attempts", inbox ? "error" : "reason");
             for (int r = 0; r < PQntuples(res); r++) {
-                char agg[256];
-                snprintf(agg, sizeof agg, "%s%s%s", PQgetvalue(res, r, who), inbox ? " / " : ":",
+                char raw[256], agg[256], type[256], reason[81];
+                snprintf(raw, sizeof raw, "%s%s%s", PQgetvalue(res, r, who), inbox ? " / " : ":",
                          PQgetvalue(res, r, what));
-                printf("%-8s %-20s %-24s %-28s %8s  %.80s\n", PQgetvalue(res, r, 0),
-                       PQgetvalue(res, r, dead_col), PQgetvalue(res, r, type_col), agg,
-                       PQgetvalue(res, r, dead_col + 1), PQgetvalue(res, r, dead_col + 2));
+                pb_text_escape(agg, sizeof agg, raw);
+                pb_text_escape(type, sizeof type, PQgetvalue(res, r, type_col));
+                pb_text_escape(reason, sizeof reason, PQgetvalue(res, r, dead_col + 2));
+                printf("%-8s %-20s %-24s %-28s %8s  %s\n", PQgetvalue(res, r, 0),
+                       PQgetvalue(res, r, dead_col), type, agg, PQgetvalue(res, r, dead_col + 1),
+                       reason);
             }
         }
         if (!as_json && PQntuples(res) == (int)limit)

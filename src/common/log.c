@@ -74,14 +74,18 @@ static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fi
 static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fields,
                  const char *fmt, va_list ap)
 {
-    char raw[4096], msg[2048];
+    char raw[4096], shown[4096], msg[2048];
     vsnprintf(raw, sizeof raw, fmt, ap);
-    /* valid UTF-8 (a text cut elsewhere may end inside a character; JSON needs UTF-8), and one
-     * record, one line: libpq and broker messages carry newlines of their own */
-    size_t len = pb_text_copy(msg, sizeof msg, raw);
-    for (char *p = msg; *p; p++)
-        if (*p == '\t')
+    /* no secret in any record, whichever message quotes a URL or DSN */
+    pb_redact_secret(raw, shown, sizeof shown);
+    /* one record, one line: libpq and broker messages carry newlines of their own */
+    for (char *p = shown; *p; p++)
+        if (*p == '\t' || *p == '\n' || *p == '\r')
             *p = ' ';
+    /* valid UTF-8 (a text cut elsewhere may end inside a character; JSON needs UTF-8); text
+     * records go to terminals: control characters from payloads are escaped there */
+    size_t len = log_json ? pb_text_copy(msg, sizeof msg, shown)
+                          : pb_text_escape(msg, sizeof msg, shown);
     while (len && msg[len - 1] == ' ')
         msg[--len] = '\0';
 
@@ -102,8 +106,9 @@ static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fi
             if (f->kind == 2) {
                 snprintf(v, sizeof v, "%.15g", f->num);
             } else if (f->str) {
-                char clean[512];
-                pb_text_copy(clean, sizeof clean, f->str);
+                char red[512], clean[512];
+                pb_redact_secret(f->str, red, sizeof red);
+                pb_text_escape(clean, sizeof clean, red);
                 text_value(v, sizeof v, clean);
             } else {
                 text_value(v, sizeof v, NULL);
@@ -127,8 +132,9 @@ static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fi
             v = f->num == (double)(long long)f->num ? json_integer((json_int_t)f->num)
                                                      : json_real(f->num);
         else if (f->str) {
-            char clean[1024]; /* jansson takes only UTF-8 */
-            pb_text_copy(clean, sizeof clean, f->str);
+            char red[1024], clean[1024]; /* jansson takes only UTF-8 */
+            pb_redact_secret(f->str, red, sizeof red);
+            pb_text_copy(clean, sizeof clean, red);
             v = json_string(clean);
         } else {
             v = json_null();
@@ -160,49 +166,4 @@ void pb_log_write_fields(pb_log_level_t level, const char *fac, const pb_log_fie
     va_start(ap, fmt);
     vlog(level, fac, fields, fmt, ap);
     va_end(ap);
-}
-
-void pb_redact_secret(const char *in, char *out, unsigned long outsz)
-{
-    if (!outsz)
-        return;
-    if (!in)
-        in = "";
-    const char *scheme = strstr(in, "://");
-    if (scheme) {
-        /* URL: scheme://user:password@host... -> scheme://user:***@host... */
-        const char *auth = scheme + 3;
-        const char *at = strchr(auth, '@');
-        const char *slash = strchr(auth, '/');
-        const char *colon = strchr(auth, ':');
-        if (at && (!slash || at < slash) && colon && colon < at) {
-            snprintf(out, outsz, "%.*s:***%s", (int)(colon - in), in, at);
-            return;
-        }
-        bool token_scheme = strncmp(in, "nats://", 7) == 0 || strncmp(in, "tls://", 6) == 0;
-        if (token_scheme && at && (!slash || at < slash)) { /* nats://TOKEN@host */
-            snprintf(out, outsz, "%.*s***%s", (int)(auth - in), in, at);
-            return;
-        }
-        snprintf(out, outsz, "%s", in);
-        return;
-    }
-    /* key=value connection string: hide the value of password= */
-    const char *pw = strstr(in, "password=");
-    if (!pw) {
-        snprintf(out, outsz, "%s", in);
-        return;
-    }
-    const char *end = pw + 9;
-    if (*end == '\'') {
-        end++;
-        while (*end && *end != '\'')
-            end += (*end == '\\' && end[1]) ? 2 : 1;
-        if (*end)
-            end++;
-    } else {
-        while (*end && *end != ' ')
-            end++;
-    }
-    snprintf(out, outsz, "%.*spassword=***%s", (int)(pw - in), in, end);
 }

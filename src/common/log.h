@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "common/err.h"
+#include "common/redact.h" /* every record is redacted; callers redact what they print */
 
 typedef enum pb_log_level {
     PB_LOG_ERROR = 0,
@@ -59,7 +60,5 @@ void pb_log_write_fields(pb_log_level_t level, const char *fac, const pb_log_fie
 #define log_info(fac, ...) PB_LOG(PB_LOG_INFO, fac, __VA_ARGS__)
 #define log_debug(fac, ...) PB_LOG(PB_LOG_DEBUG, fac, __VA_ARGS__)
 
-/* Copies a URL or DSN into out with any password replaced by "***" (secrets never reach logs). */
-void pb_redact_secret(const char *in, char *out, unsigned long outsz);
 
 #endif

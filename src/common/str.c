@@ -7,15 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/redact.h"
+
 pb_status_t pb_fail(pb_error_t *err, pb_status_t status, const char *fmt, ...)
 {
     if (err) {
-        char msg[sizeof err->msg]; /* an argument may be err->msg itself */
+        char msg[sizeof err->msg], shown[sizeof err->msg]; /* an argument may be err->msg */
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
-        pb_text_copy(err->msg, sizeof err->msg, msg);
+        pb_redact_secret(msg, shown, sizeof shown); /* error texts quote URLs and DSNs */
+        pb_text_copy(err->msg, sizeof err->msg, shown);
         err->status = status;
         err->sqlstate[0] = '\0';
     }
@@ -119,16 +122,43 @@ size_t pb_text_copy(char *dst, size_t dstsz, const char *src)
     return o;
 }
 
+size_t pb_text_escape(char *dst, size_t dstsz, const char *src)
+{
+    if (!dstsz)
+        return 0;
+    const unsigned char *u = (const unsigned char *)(src ? src : "");
+    size_t o = 0;
+    while (*u) {
+        size_t len = utf8_sequence(u, strnlen((const char *)u, 4));
+        char esc[8] = "";
+        if (*u == '\n' || *u == '\t')
+            snprintf(esc, sizeof esc, "\\%c", *u == '\n' ? 'n' : 't');
+        else if (len == 0 || *u < 0x20 || *u == 0x7f) /* invalid byte, C0 control, DEL */
+            snprintf(esc, sizeof esc, "\\x%02x", *u);
+        else if (len == 2 && u[0] == 0xc2 && u[1] < 0xa0) /* C1 control, U+0080..U+009F */
+            snprintf(esc, sizeof esc, "\\u%04x", u[1]);
+        size_t n = *esc ? strlen(esc) : len;
+        if (o + n >= dstsz)
+            break;
+        memcpy(dst + o, *esc ? esc : (const char *)u, n);
+        o += n;
+        u += len ? len : 1;
+    }
+    dst[o] = '\0';
+    return o;
+}
+
 void pb_errbuf_set(char *errbuf, size_t errlen, const char *fmt, ...)
 {
     if (!errbuf || !errlen)
         return;
-    char msg[1024];
+    char msg[1024], shown[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    pb_text_copy(errbuf, errlen, msg);
+    pb_redact_secret(msg, shown, sizeof shown);
+    pb_text_copy(errbuf, errlen, shown);
 }
 
 bool pb_parse_duration_ms(const char *s, double bare_unit_ms, int64_t *out)

@@ -54,6 +54,11 @@ bool pb_percent_decode(const char *s, size_t n, char **out);
  * the line is empty; the secret itself never appears in a message. */
 pb_status_t pb_read_secret_file(const char *what, const char *path, char *out, size_t n,
                                 pb_error_t *err) PB_MUSTCHECK;
+/* Copies src (NULL: "") into dst of dstsz bytes as text safe to show on a terminal: control
+ * characters (C0, DEL, C1) and invalid bytes are written as escapes (\n, \t, \x1b, \u009b)
+ * so that no payload can move the cursor or rewrite a screen; never cut inside a character or
+ * an escape, always NUL-terminated. Returns the length written. */
+size_t pb_text_escape(char *dst, size_t dstsz, const char *src);
 
 /* Ends the process: running out of memory is not recoverable in the relay. */
 _Noreturn void pb_out_of_memory(void);

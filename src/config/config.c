@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "common/log.h"
+#include "common/redact.h"
 #include "common/route.h"
 #include "common/str.h"
 #include "relay/mask.h"
@@ -35,12 +36,6 @@ static const option_t options[] = {
 #undef X
 };
 #define N_OPTIONS (sizeof options / sizeof options[0])
-
-/* Options whose values are secrets or may contain one. */
-static bool is_secret(const option_t *o)
-{
-    return strcmp(o->key, "url") == 0 || strcmp(o->key, "dsn") == 0;
-}
 
 static const option_t *find_option(const char *section, const char *key)
 {
@@ -399,14 +394,10 @@ static void write_value(const pb_config_t *cfg, const option_t *o, FILE *out)
     switch (o->type) {
     case OPT_STR:
     case OPT_ENUM: {
-        const char *s = *(char *const *)(const void *)field;
-        if (is_secret(o)) {
-            char red[1024];
-            pb_redact_secret(s, red, sizeof red);
-            fputs(red, out);
-        } else {
-            fputs(s ? s : "", out);
-        }
+        /* every value, not only URLs and DSNs: a secret may sit in any text option */
+        char red[4096];
+        pb_redact_secret(*(char *const *)(const void *)field, red, sizeof red);
+        fputs(red, out);
         break;
     }
     case OPT_INT:

@@ -26,19 +26,65 @@ static void strip_newlines(char *s)
         s[--n] = '\0';
 }
 
-pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err)
+/* libpq's parse errors quote the connection string around the mistake, and that may be the
+ * password: only the kind of mistake is told (the branch on its text picks our message, it
+ * classifies nothing). */
+static const char *dsn_problem(const char *libpq_msg)
 {
-    *out = NULL;
+    if (!libpq_msg)
+        return "out of memory while parsing it";
+    if (strstr(libpq_msg, "missing \"=\" after"))
+        return "a word without \"=\" (quote a value with blanks: password='a b')";
+    if (strstr(libpq_msg, "unterminated quoted string"))
+        return "an unterminated quoted value";
+    if (strstr(libpq_msg, "invalid connection option"))
+        return "an unknown keyword";
+    if (strstr(libpq_msg, "percent-encoded"))
+        return "a bad percent-encoding (%XX)";
+    if (strstr(libpq_msg, "URI"))
+        return "a malformed URL";
+    if (strstr(libpq_msg, "exceeds the maximum"))
+        return "more text than libpq accepts";
+    return "a syntax error";
+}
+
+pb_status_t pb_pg_dsn_check(const char *dsn, pb_error_t *err)
+{
     char *parse_err = NULL;
     PQconninfoOption *opts = PQconninfoParse(dsn, &parse_err);
     if (!opts) {
-        pb_status_t st = pb_fail(err, PB_FATAL, "bad postgres.dsn: %s",
-                                 parse_err ? parse_err : "out of memory");
-        strip_newlines(err->msg);
+        pb_status_t st = pb_fail(err, PB_FATAL,
+                                 "postgres.dsn is not a valid connection string: it has %s "
+                                 "(libpq's message is not shown: it may quote the password)",
+                                 dsn_problem(parse_err));
         PQfreemem(parse_err);
         return st;
     }
     PQconninfoFree(opts);
+    /* libpq ends a URL's userinfo at its first '@' and its authority at the first '/': an
+     * unencoded '@' or '/' in a password makes a host or port of the password's tail, and
+     * libpq's connection errors would print it */
+    const char *sep = strstr(dsn, "://");
+    if (sep && (strncmp(dsn, "postgresql://", 13) == 0 || strncmp(dsn, "postgres://", 11) == 0)) {
+        const char *auth = sep + 3;
+        size_t auth_len = strcspn(auth, "/?");
+        const char *at = memchr(auth, '@', auth_len);
+        if ((at && memchr(at + 1, '@', auth_len - (size_t)(at + 1 - auth))) ||
+            strchr(auth + auth_len, '@'))
+            return pb_fail(err, PB_FATAL,
+                           "postgres.dsn: an '@' after the user part of the URL: percent-encode "
+                           "'@', '/' and '?' in a password (%%40, %%2F, %%3F) or use "
+                           "postgres.password_file");
+    }
+    return PB_OK;
+}
+
+pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err)
+{
+    *out = NULL;
+    pb_status_t st = pb_pg_dsn_check(dsn, err);
+    if (st != PB_OK)
+        return st;
 
     /* fallback_application_name: `postbox status` and pg_stat_activity show who we are,
      * unless the DSN names the application itself */

@@ -13,6 +13,10 @@
 /* The oldest PostgreSQL postbox runs on (PQserverVersion form). */
 #define PB_PG_MIN_VERSION 140000
 
+/* Checks a connection string as libpq reads it, with messages that never quote it (libpq's
+ * do): PB_FATAL on a syntax error, or on a URL whose password has an unencoded '@' or '/'. */
+pb_status_t pb_pg_dsn_check(const char *dsn, pb_error_t *err) PB_MUSTCHECK;
+
 /* One attempt. PB_TRANSIENT when the server cannot be reached or refuses for now, PB_FATAL when
  * the connection string itself is malformed or the server is older than PB_PG_MIN_VERSION.
  * Routes server notices into our log. */

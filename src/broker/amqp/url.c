@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/redact.h"
 #include "common/str.h"
 
 #define FAC "sink.amqp"
@@ -36,46 +37,10 @@ static bool all_digits(const char *s, size_t n)
     return n > 0;
 }
 
-/* Copies url for an error message with the password hidden. pb_redact_secret splits at the first
- * '@'; an unencoded '@' in a password would leak its tail, so URLs are split at the last '@'
- * here, and without any '@' a non-numeric "port" is hidden too ("amqp://user:secret"). */
-static void display_url(const char *url, char *out, size_t outsz)
-{
-    const char *sep = strstr(url, "://");
-    if (!sep) {
-        pb_redact_secret(url, out, outsz);
-        return;
-    }
-    const char *auth = sep + 3;
-    const char *at = strrchr(auth, '@');
-    if (at) {
-        const char *colon = memchr(auth, ':', (size_t)(at - auth));
-        if (colon)
-            snprintf(out, outsz, "%.*s:***%s", (int)(colon - url), url, at);
-        else
-            snprintf(out, outsz, "%s", url);
-        return;
-    }
-    const char *hostport = auth;
-    if (*hostport == '[') {
-        const char *close = strchr(hostport, ']');
-        hostport = close ? close : hostport + strlen(hostport);
-    }
-    const char *colon = strchr(hostport, ':');
-    if (colon) {
-        size_t len = strcspn(colon + 1, "/?#");
-        if (len > 0 && !all_digits(colon + 1, len)) {
-            snprintf(out, outsz, "%.*s:***%s", (int)(colon - url), url, colon + 1 + len);
-            return;
-        }
-    }
-    snprintf(out, outsz, "%s", url);
-}
-
 static pb_status_t bad_url(pb_error_t *err, const char *url, const char *why)
 {
     char shown[256];
-    display_url(url, shown, sizeof shown);
+    pb_redact_secret(url, shown, sizeof shown);
     if (!why)
         return pb_fail(err, PB_FATAL, "bad amqp url \"%s\": " URL_USAGE, shown);
     return pb_fail(err, PB_FATAL, "bad amqp url \"%s\": %s (" URL_USAGE ")", shown, why);

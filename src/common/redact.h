@@ -1,0 +1,22 @@
+/* Secrets out of every text postbox shows: configuration values, error messages, log lines.
+ *
+ * One scanner recognises every form a secret takes in postbox's inputs and hides its value
+ * behind "***":
+ *   - URLs and comma-separated URL lists (NATS): the password of each userinfo (user:***
+ *     before the host), a NATS token (*** before the host), a password with an unencoded
+ *     '@', '/' or ',' (the userinfo ends at the last '@' before the next URL or blank), and a
+ *     non-numeric "port" of a URL without '@' (amqp://user:secret, a forgotten host);
+ *   - URL query parameters and libpq key=value pairs of the secret keys (password, sslpassword,
+ *     passwd, token, secret), with or without blanks around '=', quoted or not, every
+ *     occurrence.
+ * Free text around them is copied unchanged, so the scanner also runs over whole messages. */
+#ifndef PB_COMMON_REDACT_H
+#define PB_COMMON_REDACT_H
+
+#include <stddef.h>
+
+/* Copies in (NULL: "") into out of outsz bytes with every secret replaced by "***"; always
+ * NUL-terminated when outsz > 0, cut at outsz - 1 bytes. in and out must not overlap. */
+void pb_redact_secret(const char *in, char *out, size_t outsz);
+
+#endif

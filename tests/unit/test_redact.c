@@ -1,0 +1,130 @@
+/* Unit tests for pb_redact_secret: every form a secret takes in postbox's configuration and in
+ * the messages built from it is hidden, and the text around it stays readable. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "common/redact.h"
+
+static void expect(const char *in, const char *want)
+{
+    char out[512];
+    pb_redact_secret(in, out, sizeof out);
+    if (strcmp(out, want) != 0)
+        fail_msg("redact(\"%s\")\n  got  \"%s\"\n  want \"%s\"", in, out, want);
+}
+
+static void urls(void **state)
+{
+    (void)state;
+    expect("amqp://guest:S3cret@127.0.0.1:5672/", "amqp://guest:***@127.0.0.1:5672/");
+    expect("amqps://u:S3cret@h/vh", "amqps://u:***@h/vh");
+    expect("postgresql://app:S3cret@db.example:5432/app", "postgresql://app:***@db.example:5432/app");
+    expect("postgresql://app@db/app", "postgresql://app@db/app"); /* no password: unchanged */
+    expect("amqp://127.0.0.1:5672/", "amqp://127.0.0.1:5672/");
+    expect("redis://:S3cret@127.0.0.1:6379", "redis://:***@127.0.0.1:6379");
+    expect("nats://127.0.0.1:4222", "nats://127.0.0.1:4222");
+}
+
+static void passwords_with_separators(void **state)
+{
+    (void)state;
+    expect("amqp://u:pa/ss@host/vh", "amqp://u:***@host/vh");
+    expect("amqp://u:p@ss@host/vh", "amqp://u:***@host/vh");
+    expect("postgresql://u:a/b@c@h:5432/db", "postgresql://u:***@h:5432/db");
+    expect("nats://u:pa,ss@h:4222", "nats://u:***@h:4222");
+    expect("amqp://u:p%40ss@host/", "amqp://u:***@host/");
+    /* the host forgotten: the password looks like a port */
+    expect("amqp://user:S3cret", "amqp://user:***");
+    expect("amqp://user:S3cret/vh", "amqp://user:***/vh");
+}
+
+static void nats_lists_and_tokens(void **state)
+{
+    (void)state;
+    expect("nats://a:Pw1@h1:4222,nats://b:Pw2@h2:4222,nats://c:Pw3@h3:4222",
+           "nats://a:***@h1:4222,nats://b:***@h2:4222,nats://c:***@h3:4222");
+    expect("nats://a:Pw1@h1:4222, tls://b:Pw2@h2:4222", "nats://a:***@h1:4222, tls://b:***@h2:4222");
+    expect("nats://T0ken@h1:4222,nats://T0ken2@h2:4222", "nats://***@h1:4222,nats://***@h2:4222");
+    expect("tls://T0ken@h:4443", "tls://***@h:4443");
+    expect("nats://h1:4222,nats://h2:4222", "nats://h1:4222,nats://h2:4222");
+    /* later members without a scheme still hide their userinfo (with more around it) */
+    expect("nats://a:Pw1@h1:4222,b:Pw2@h2:4222", "nats://a:***@h2:4222");
+}
+
+static void url_queries(void **state)
+{
+    (void)state;
+    expect("postgresql://app@db/app?password=S3cret", "postgresql://app@db/app?password=***");
+    expect("postgresql://db/app?sslmode=verify-full&password=S3cret&connect_timeout=5",
+           "postgresql://db/app?sslmode=verify-full&password=***&connect_timeout=5");
+    expect("postgresql:///app?host=/run/pg&sslpassword=K3y", "postgresql:///app?host=/run/pg&sslpassword=***");
+    expect("postgresql://db/app?PASSWORD=S3cret", "postgresql://db/app?PASSWORD=***");
+}
+
+static void key_value_strings(void **state)
+{
+    (void)state;
+    expect("host=db password=S3cret dbname=app", "host=db password=*** dbname=app");
+    expect("host=db password = S3cret dbname=app", "host=db password = *** dbname=app");
+    expect("host=db password\t=\tS3cret", "host=db password\t=\t***");
+    expect("password='S3 cr\\'et' host=db", "password=*** host=db");
+    expect("password=S3cret host=db password=Other", "password=*** host=db password=***");
+    expect("password=a/b@c host=db", "password=*** host=db");
+    expect("host=db sslpassword=K3y", "host=db sslpassword=***");
+    expect("host=db password=", "host=db password=***");
+    expect("password='unterminated host=db", "password=***");
+    /* words that only contain a key are left alone */
+    expect("nats.token_file = /etc/postbox/token", "nats.token_file = /etc/postbox/token");
+    expect("nopassword=1 mypassword=2", "nopassword=1 mypassword=2");
+    expect("password is wrong", "password is wrong");
+}
+
+static void inside_messages(void **state)
+{
+    (void)state;
+    expect("bad amqp url \"amqp://u:S3cret@h:x/\": the port must be a number",
+           "bad amqp url \"amqp://u:***@h:x/\": the port must be a number");
+    expect("cannot connect to nats at nats://a:P1@h1:4222,nats://b:P2@h2:4222: no servers",
+           "cannot connect to nats at nats://a:***@h1:4222,nats://b:***@h2:4222: no servers");
+    expect("cannot reach rabbitmq at 127.0.0.1:5672: connection refused",
+           "cannot reach rabbitmq at 127.0.0.1:5672: connection refused");
+    expect("reconnected to nats at nats://127.0.0.1:4222", "reconnected to nats at nats://127.0.0.1:4222");
+    expect("", "");
+    expect(NULL, "");
+    expect("bad url: expected amqp://user:password@host:port/vhost",
+           "bad url: expected amqp://user:password@host:port/vhost");
+    /* already redacted text stays as it is */
+    expect("amqp://guest:***@127.0.0.1:5672/", "amqp://guest:***@127.0.0.1:5672/");
+}
+
+static void cut_to_fit(void **state)
+{
+    (void)state;
+    char out[12];
+    pb_redact_secret("amqp://u:S3cretS3cret@host/", out, sizeof out);
+    assert_string_equal(out, "amqp://u:**");
+    pb_redact_secret("password=S3cretS3cret", out, sizeof out);
+    assert_string_equal(out, "password=**");
+    char one[1];
+    pb_redact_secret("password=S3cret", one, sizeof one);
+    assert_string_equal(one, "");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(urls),
+        cmocka_unit_test(passwords_with_separators),
+        cmocka_unit_test(nats_lists_and_tokens),
+        cmocka_unit_test(url_queries),
+        cmocka_unit_test(key_value_strings),
+        cmocka_unit_test(inside_messages),
+        cmocka_unit_test(cut_to_fit),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
