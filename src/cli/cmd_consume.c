@@ -5,11 +5,12 @@
 
 int pb_cmd_consume(pb_cli_t *cli)
 {
-    pb_consume_opts_t opts = {.drain = cli->drain};
+    bool config_error = false;
+    pb_consume_opts_t opts = {.drain = cli->drain, .config_error = &config_error};
     pb_error_t err;
     if (pb_consume_run(&cli->cfg, &opts, cli->stop, &err) != PB_OK) {
         log_error("consume", "%s", err.msg);
-        return PB_EXIT_FAILURE;
+        return config_error ? PB_EXIT_USAGE : PB_EXIT_FAILURE;
     }
     return PB_EXIT_OK;
 }

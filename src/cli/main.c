@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/preflight.h"
 #include "common/log.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -216,6 +217,10 @@ int main(int argc, char **argv)
     }
     pb_log_set_level(cli.cfg.log_level);
     pb_log_set_format(cli.cfg.log_format);
+    if (pb_preflight(&cli.cfg, command, &err) != PB_OK) {
+        fprintf(stderr, "postbox: %s\n", err.msg);
+        goto out_cfg;
+    }
     install_signals();
 
     if (strcmp(command, "init") == 0) {

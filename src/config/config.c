@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "common/log.h"
 #include "common/redact.h"
@@ -337,6 +338,10 @@ static int on_ini_entry(void *user, const char *section, const char *name, const
 
 pb_status_t pb_config_load_file(pb_config_t *cfg, const char *path, pb_error_t *err)
 {
+    /* a directory opens and reads as an empty file: it would be an empty configuration */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return pb_fail(err, PB_FATAL, "config %s: is a directory, not an INI file", path);
     pb_error_t inner = {0};
     ini_ctx_t ctx = {cfg, &inner, false};
     int rc = ini_parse(path, on_ini_entry, &ctx);

@@ -332,13 +332,18 @@ static void free_lanes(consumer_t *c)
 pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts,
                            volatile sig_atomic_t *stop, pb_error_t *err)
 {
-    if (!*cfg->consume_handler && cfg->n_handlers == 0)
-        return pb_fail(err, PB_FATAL,
-                       "no handler configured: set consume.handler or a [handlers] entry");
+    pb_status_t st = *cfg->consume_handler || cfg->n_handlers
+                         ? PB_OK
+                         : pb_fail(err, PB_FATAL, "no handler configured: set consume.handler or "
+                                                  "a [handlers] entry");
     consumer_t c = {.cfg = cfg, .stop = stop};
-    pb_status_t st = pb_source_new(cfg, &c.src, err);
-    if (st != PB_OK)
+    if (st == PB_OK)
+        st = pb_source_new(cfg, &c.src, err); /* checks the configuration, connects nothing */
+    if (st != PB_OK) {
+        if (opts->config_error)
+            *opts->config_error = true;
         return st;
+    }
     size_t cap = (size_t)cfg->consume_batch_size;
     c.msgs = pb_malloc(cap * sizeof *c.msgs);
     c.flags = pb_malloc(cap * sizeof *c.flags);

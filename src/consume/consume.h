@@ -10,6 +10,8 @@
 
 typedef struct pb_consume_opts {
     bool drain; /* return once the queue has nothing for us and no failed message waits */
+    bool *config_error; /* optional: set when the error lies in the configuration (found before
+                         * any connection), which the command reports as exit status 2 */
 } pb_consume_opts_t;
 
 /* Runs until *stop (the batch in flight is committed and acknowledged first) or, with drain,

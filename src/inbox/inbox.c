@@ -28,6 +28,7 @@ enum msg_state {
     ST_DONE,    /* handler ran */
     ST_FAILED,  /* handler (or the inbox insert) failed: errors[i] */
     ST_HELD,    /* not run: an earlier message of its aggregate failed */
+    ST_REFUSED, /* cannot be handled whatever the retries (size, NUL byte): dead letter, errors[i] */
 };
 
 /* One statement records the whole batch: the ids it returns are the new ones. ON CONFLICT goes
@@ -423,6 +424,29 @@ static PGresult *next_result(pb_inbox_t *ib)
     return PQgetResult(conn);
 }
 
+/* Why m cannot reach its handler whole, whatever the retries, into why (false: it can). The
+ * handler takes the body as text ($1): a NUL byte would end it there, silently. */
+static bool refused(const pb_inbox_t *ib, const pb_message_t *m, char *why, size_t n)
+{
+    int64_t max = ib->cfg->consume_max_message_size;
+    uint64_t size = m->body_dropped ? m->body_dropped : m->body_len;
+    if (size > (uint64_t)max) {
+        snprintf(why, n, "message body of %llu bytes is larger than consume.max_message_size "
+                         "(%lld bytes): not handled%s",
+                 (unsigned long long)size, (long long)max,
+                 m->body_dropped ? " (the body was not kept)" : "");
+        return true;
+    }
+    const char *nul = memchr(m->body, '\0', m->body_len);
+    if (nul) {
+        snprintf(why, n, "message body holds a NUL byte at offset %zu: the handler's text "
+                         "parameter $1 cannot carry it whole (inbox_dead.body keeps all of it)",
+                 (size_t)(nul - m->body));
+        return true;
+    }
+    return false;
+}
+
 /* A batch of first deliveries, each with an id and a handler, is likely all new. */
 static bool fits_fast_path(const pb_inbox_t *ib, const pb_message_t *msgs, size_t n)
 {
@@ -433,6 +457,10 @@ static bool fits_fast_path(const pb_inbox_t *ib, const pb_message_t *msgs, size_
         /* a redelivery may be a duplicate, or have inbox_failures to clear */
         if (!msgs[i].message_id || !*msgs[i].message_id || msgs[i].redelivered ||
             ib->handler_of[i] < 0)
+            return false;
+    char why[256];
+    for (size_t i = 0; i < n; i++)
+        if (refused(ib, &msgs[i], why, sizeof why))
             return false;
     return true;
 }
@@ -524,13 +552,16 @@ static pb_status_t settle_failure(pb_inbox_t *ib, const pb_message_t *m, int sta
     char text[sizeof *ib->errors];
     pb_text_copy(text, sizeof text, error);
     error = text;
-    if (state == ST_FAILED) {
-        /* give the inbox row back: the retry must not look like a duplicate */
+    if (state == ST_FAILED || state == ST_REFUSED) {
+        /* give the inbox row back: the retry must not look like a duplicate, and the dead
+         * letter marks it unprocessed */
         const char *rp[2] = {cfg->consume_consumer, m->message_id};
         PGresult *rr = PQexecPrepared(ib->conn, "pb_inbox_release", 2, rp, NULL, NULL, 0);
         if ((st = pb_pg_check(ib->conn, rr, PGRES_COMMAND_OK, "release inbox row", err)) != PB_OK)
             return st;
         PQclear(rr);
+    }
+    if (state == ST_FAILED) {
         const char *fp[3] = {cfg->consume_consumer, m->message_id, error};
         PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_fail", 3, fp, NULL, NULL, 0);
         if ((st = pb_pg_check(ib->conn, res, PGRES_TUPLES_OK, "record handler failure", err)) != PB_OK)
@@ -633,9 +664,13 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t
     if ((st = claim_batch(ib, msgs, n, err)) != PB_OK)
         return st;
     for (size_t i = 0; i < n; i++) {
+        char why[512];
+        if (ib->state[i] == ST_NEW && refused(ib, &msgs[i], why, sizeof why)) {
+            ib->state[i] = ST_REFUSED;
+            clean_error(ib->errors[i], sizeof ib->errors[i], "", why);
+        }
         if (ib->state[i] == ST_NEW && ib->handler_of[i] < 0) {
             ib->state[i] = ST_FAILED;
-            char why[512];
             snprintf(why, sizeof why,
                      "no handler for message type \"%s\" (set [handlers] or consume.handler)",
                      msgs[i].type ? msgs[i].type : "");
@@ -674,8 +709,9 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t
             break;
         }
         case ST_FAILED:
-            if ((st = settle_failure(ib, &msgs[i], ST_FAILED, ib->errors[i], &verdicts[i], counts,
-                                     err)) != PB_OK)
+        case ST_REFUSED:
+            if ((st = settle_failure(ib, &msgs[i], (int)ib->state[i], ib->errors[i], &verdicts[i],
+                                     counts, err)) != PB_OK)
                 return st;
             break;
         case ST_HELD:
@@ -779,8 +815,17 @@ static pb_status_t handle_commit_first(pb_inbox_t *ib, const pb_message_t *msgs,
         }
         int handler = find_handler(ib, m->type);
         bool ok = false;
+        char why[512];
+        if (refused(ib, m, why, sizeof why)) {
+            clean_error(ib->errors[0], sizeof ib->errors[0], "", why);
+            if ((st = pb_pg_exec(ib->conn, "BEGIN", err)) != PB_OK ||
+                (st = settle_failure(ib, m, ST_REFUSED, ib->errors[0], &verdicts[i], counts,
+                                     err)) != PB_OK ||
+                (st = pb_pg_exec(ib->conn, "COMMIT", err)) != PB_OK)
+                return st;
+            continue;
+        }
         if (handler < 0) {
-            char why[512];
             snprintf(why, sizeof why, "no handler for message type \"%s\"", m->type ? m->type : "");
             clean_error(ib->errors[0], sizeof ib->errors[0], "", why);
         }

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <netdb.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,12 @@
 
 #define FAC "metrics"
 
+#define LOOPBACK "127.0.0.1" /* a listen address without a host: not every interface */
+#define UNAUTHORIZED "unauthorized: send Authorization: Bearer <the token of metrics.token_file>\n"
+
 struct pb_http {
     struct MHD_Daemon *daemon;
+    char *authorization; /* "Bearer <token>", or NULL: no token needed */
 };
 
 bool pb_http_parse_listen(const char *listen, char *host, unsigned long hostsz, unsigned *port)
@@ -72,19 +77,44 @@ static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned status, 
     return reply(conn, status, "text/plain; charset=utf-8", pb_strdup(text), strlen(text));
 }
 
+/* Compares in time that does not depend on where the texts differ (the token is a secret). */
+static bool same_secret(const char *given, const char *want)
+{
+    size_t n = strlen(want), m = given ? strlen(given) : 0;
+    unsigned char diff = (unsigned char)(n != m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(want[i] ^ (i < m ? given[i] : 0));
+    return diff == 0;
+}
+
 /* @thread http (libmicrohttpd's polling thread) */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
-    (void)cls;
+    const pb_http_t *srv = cls;
     (void)version;
     (void)upload_data;
     (void)upload_data_size;
     (void)con_cls;
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return reply_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
+    /* liveness tells nothing; the figures and readiness need the token when one is set */
+    if (srv->authorization && strcmp(url, "/healthz") != 0 &&
+        !same_secret(MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_AUTHORIZATION),
+                     srv->authorization)) {
+        struct MHD_Response *resp = MHD_create_response_from_buffer(
+            strlen(UNAUTHORIZED), (void *)(uintptr_t)UNAUTHORIZED, MHD_RESPMEM_PERSISTENT);
+        if (!resp)
+            return MHD_NO;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+        enum MHD_Result r = MHD_queue_response(conn, MHD_HTTP_UNAUTHORIZED, resp);
+        MHD_destroy_response(resp);
+        return r;
+    }
     if (strcmp(url, "/metrics") == 0) {
         pb_buf_t out = {0};
         pb_metrics_render(&out);
@@ -113,7 +143,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn(FAC, "http: %s", msg);
 }
 
-pb_status_t pb_http_new(const char *listen, pb_http_t **out, pb_error_t *err)
+pb_status_t pb_http_new(const char *listen, const char *token, pb_http_t **out,
+                        pb_error_t *err)
 {
     *out = NULL;
     char host[256];
@@ -125,7 +156,7 @@ pb_status_t pb_http_new(const char *listen, pb_http_t **out, pb_error_t *err)
     struct addrinfo *ai = NULL;
     char port_text[8];
     snprintf(port_text, sizeof port_text, "%u", port);
-    int rc = getaddrinfo(*host ? host : NULL, port_text, &hints, &ai);
+    int rc = getaddrinfo(*host ? host : LOOPBACK, port_text, &hints, &ai);
     if (rc != 0 || !ai)
         return pb_fail(err, PB_FATAL, "metrics.listen \"%s\": %s", listen, gai_strerror(rc));
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
@@ -138,20 +169,29 @@ pb_status_t pb_http_new(const char *listen, pb_http_t **out, pb_error_t *err)
     sigaddset(&block, SIGTERM);
     sigaddset(&block, SIGINT);
     pthread_sigmask(SIG_BLOCK, &block, &old);
+    pb_http_t *srv = pb_malloc(sizeof *srv);
+    srv->authorization = NULL;
+    if (token && *token) {
+        pb_buf_t b = {0};
+        pb_buf_printf(&b, "Bearer %s", token);
+        srv->authorization = b.data;
+    }
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        flags, (uint16_t)port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)32, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     freeaddrinfo(ai);
-    if (!d)
+    if (!d) {
+        pb_http_free(srv);
         return pb_fail(err, PB_FATAL,
                        "metrics.listen \"%s\": cannot listen (address in use or not available)",
                        listen);
-    pb_http_t *srv = pb_malloc(sizeof *srv);
+    }
     srv->daemon = d;
     *out = srv;
-    log_info(FAC, "serving /metrics, /healthz and /readyz on http://%s", listen);
+    log_info(FAC, "serving /metrics, /healthz and /readyz on http://%s%s%s", *host ? "" : LOOPBACK,
+             listen, srv->authorization ? " (bearer token required but for /healthz)" : "");
     return PB_OK;
 }
 
@@ -159,6 +199,10 @@ void pb_http_free(pb_http_t *srv)
 {
     if (!srv)
         return;
-    MHD_stop_daemon(srv->daemon);
+    if (srv->daemon)
+        MHD_stop_daemon(srv->daemon);
+    if (srv->authorization)
+        memset(srv->authorization, 0, strlen(srv->authorization));
+    free(srv->authorization);
     free(srv);
 }

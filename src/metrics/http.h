@@ -13,15 +13,18 @@
 
 typedef struct pb_http pb_http_t;
 
-/* Listens on listen = "host:port" ("127.0.0.1:9187", "[::1]:9187", ":9187" for every
- * address). PB_FATAL when the address is malformed or cannot be bound (in use, no permission).
- * *out is owned by the caller: pb_http_free. */
-pb_status_t pb_http_new(const char *listen, pb_http_t **out, pb_error_t *err) PB_MUSTCHECK;
+/* Listens on listen = "host:port" ("127.0.0.1:9187", "[::1]:9187"; ":9187" without a host is
+ * loopback only, "0.0.0.0:9187" or "[::]:9187" every address). With a token (NULL or "": none),
+ * /metrics and /readyz answer 401 unless the request carries "Authorization: Bearer <token>";
+ * /healthz stays open. PB_FATAL when the address is malformed or cannot be bound (in use, no
+ * permission). *out is owned by the caller: pb_http_free. */
+pb_status_t pb_http_new(const char *listen, const char *token, pb_http_t **out,
+                        pb_error_t *err) PB_MUSTCHECK;
 
 /* Stops the server thread and frees it. Accepts NULL. */
 void pb_http_free(pb_http_t *srv);
 
-/* Splits "host:port" into host (empty for every address) and port; false when malformed.
+/* Splits "host:port" into host (empty when none is given) and port; false when malformed.
  * Exposed for the unit tests. */
 bool pb_http_parse_listen(const char *listen, char *host, unsigned long hostsz, unsigned *port);
 

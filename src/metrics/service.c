@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/secret_file.h"
 #include "common/str.h"
 #include "janitor/janitor.h"
 #include "metrics/http.h"
@@ -22,11 +23,19 @@ pb_status_t pb_ops_start(const pb_config_t *cfg, const char *component, pb_ops_t
     pb_metrics_set_state(false, false, false);
     pb_ops_t *ops = pb_malloc(sizeof *ops);
     memset(ops, 0, sizeof *ops);
-    pb_status_t st;
-    if (*cfg->metrics_listen &&
-        (st = pb_http_new(cfg->metrics_listen, &ops->http, err)) != PB_OK) {
-        free(ops);
-        return st;
+    pb_status_t st = PB_OK;
+    if (*cfg->metrics_listen) {
+        char token[1024] = "";
+        if (*cfg->metrics_token_file)
+            st = pb_secret_file_read("metrics.token_file", cfg->metrics_token_file, token,
+                                     sizeof token, err);
+        if (st == PB_OK)
+            st = pb_http_new(cfg->metrics_listen, token, &ops->http, err);
+        memset(token, 0, sizeof token);
+        if (st != PB_OK) {
+            free(ops);
+            return st;
+        }
     }
     pb_janitor_opts_t jo = {
         .dsn = cfg->postgres_dsn,

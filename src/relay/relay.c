@@ -18,6 +18,8 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
     if (st == PB_OK)
         st = cdc ? pb_capture_cdc_new(cfg, stop, &cap, err)
                  : pb_capture_poll_new(cfg, stop, &cap, err);
+    if (st != PB_OK && opts->config_error) /* the constructors only check the configuration */
+        *opts->config_error = true;
     if (st == PB_OK)
         st = pb_ops_start(cfg, "relay", &ops, err);
     if (st == PB_OK)

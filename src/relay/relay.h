@@ -11,6 +11,8 @@
 
 typedef struct pb_relay_opts {
     bool drain; /* return once every committed event is relayed (tests, one-shot jobs) */
+    bool *config_error; /* optional: set when the error lies in the configuration (found before
+                         * any connection), which the command reports as exit status 2 */
 } pb_relay_opts_t;
 
 /* Runs until *stop is set (the batch in flight is finished first) or, with drain, nothing is

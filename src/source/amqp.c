@@ -398,6 +398,8 @@ static pb_status_t read_delivery(amqp_source_t *s, const amqp_basic_deliver_t *d
                                  pb_error_t *err)
 {
     memset(m, 0, sizeof *m);
+    /* d lives in the channel's pool, which a dropped body releases: keep what is needed */
+    const unsigned long long dtag = (unsigned long long)d->delivery_tag;
     m->tag = s->epoch << TAG_EPOCH_SHIFT | (d->delivery_tag & TAG_DELIVERY_MASK);
     m->redelivered = d->redelivered != 0;
     m->exchange = text_copy(s, d->exchange);
@@ -411,7 +413,7 @@ static pb_status_t read_delivery(amqp_source_t *s, const amqp_basic_deliver_t *d
     for (;;) { /* the content header */
         int rc = pb_amqp_link_wait_frame(&s->link, &f, deadline);
         if (rc != AMQP_STATUS_OK)
-            return lost(s, err, "reading delivery %llu: %s", (unsigned long long)d->delivery_tag,
+            return lost(s, err, "reading delivery %llu: %s", dtag,
                         amqp_error_string2(rc));
         if (f.channel == CHANNEL && f.frame_type == AMQP_FRAME_HEADER)
             break;
@@ -419,7 +421,7 @@ static pb_status_t read_delivery(amqp_source_t *s, const amqp_basic_deliver_t *d
             if (f.channel == CHANNEL && f.payload.method.id != AMQP_CHANNEL_CLOSE_METHOD)
                 return lost(s, err, "protocol error: method 0x%08x instead of the content header "
                                     "of delivery %llu", (unsigned)f.payload.method.id,
-                            (unsigned long long)d->delivery_tag);
+                            dtag);
             pb_status_t st = on_other_method(s, &f, err);
             if (st != PB_OK)
                 return st;
@@ -427,30 +429,37 @@ static pb_status_t read_delivery(amqp_source_t *s, const amqp_basic_deliver_t *d
         }
         if (f.channel == CHANNEL)
             return lost(s, err, "protocol error: frame type %d instead of the content header of "
-                                "delivery %llu", f.frame_type, (unsigned long long)d->delivery_tag);
+                                "delivery %llu", f.frame_type, dtag);
     }
     body_size = f.payload.properties.body_size;
     if (body_size > BODY_MAX)
         return lost(s, err, "protocol error: delivery %llu announces a body of %llu bytes",
-                    (unsigned long long)d->delivery_tag, (unsigned long long)body_size);
+                    dtag, (unsigned long long)body_size);
     take_properties(s, f.payload.properties.decoded, m);
 
-    char *body = arena_alloc(s, (size_t)body_size + 1);
-    size_t got = 0;
+    /* a body above consume.max_message_size is read off the socket but not kept: the inbox
+     * dead-letters the message with its size */
+    bool keep = body_size <= (uint64_t)s->base.cfg->consume_max_message_size;
+    char *body = arena_alloc(s, keep ? (size_t)body_size + 1 : 1);
+    uint64_t got = 0;
     while (got < body_size) {
         int rc = pb_amqp_link_wait_frame(&s->link, &f, deadline);
         if (rc != AMQP_STATUS_OK)
-            return lost(s, err, "reading the body of delivery %llu (%zu of %llu bytes): %s",
-                        (unsigned long long)d->delivery_tag, got, (unsigned long long)body_size,
+            return lost(s, err, "reading the body of delivery %llu (%llu of %llu bytes): %s",
+                        dtag, (unsigned long long)got,
+                        (unsigned long long)body_size,
                         amqp_error_string2(rc));
         if (f.channel == CHANNEL && f.frame_type == AMQP_FRAME_BODY) {
             size_t len = f.payload.body_fragment.len;
             if (len > body_size - got)
                 return lost(s, err, "protocol error: body of delivery %llu longer than the %llu "
-                                    "bytes announced", (unsigned long long)d->delivery_tag,
+                                    "bytes announced", dtag,
                             (unsigned long long)body_size);
-            memcpy(body + got, f.payload.body_fragment.bytes, len);
+            if (keep)
+                memcpy(body + got, f.payload.body_fragment.bytes, len);
             got += len;
+            if (!keep) /* the frames of the message are not kept either */
+                amqp_maybe_release_buffers_on_channel(s->link.conn, CHANNEL);
             continue;
         }
         if (f.frame_type == AMQP_FRAME_METHOD && f.channel != CHANNEL) {
@@ -463,11 +472,13 @@ static pb_status_t read_delivery(amqp_source_t *s, const amqp_basic_deliver_t *d
             return on_channel_close(s, f.payload.method.decoded, err);
         if (f.channel == CHANNEL)
             return lost(s, err, "protocol error: frame type %d inside the body of delivery %llu",
-                        f.frame_type, (unsigned long long)d->delivery_tag);
+                        f.frame_type, dtag);
     }
+    if (!keep)
+        m->body_dropped = got, got = 0;
     body[got] = '\0';
     m->body = body;
-    m->body_len = got;
+    m->body_len = (size_t)got;
     return PB_OK;
 }
 
@@ -507,11 +518,29 @@ static const char *keep_copy(amqp_source_t *s, const char *str)
     return str ? arena_copy(s, str, strlen(str)) : NULL;
 }
 
-/* Hands out up to max prefetched deliveries (their strings are in the arena that is current
- * now). Ones left over move to the other arena, which the next receive makes current. */
-static size_t take_pending(amqp_source_t *s, pb_message_t *msgs, size_t max)
+/* Whether a batch holding bytes of bodies (n messages) takes no more: consume.batch_bytes. */
+static bool bytes_full(const amqp_source_t *s, size_t n, uint64_t bytes)
 {
-    size_t k = s->n_pending < max ? s->n_pending : max;
+    return n > 0 && bytes >= (uint64_t)s->base.cfg->consume_batch_bytes;
+}
+
+static uint64_t pending_bytes(const amqp_source_t *s)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < s->n_pending; i++)
+        bytes += s->pending[i].body_len;
+    return bytes;
+}
+
+/* Hands out up to max prefetched deliveries (their strings are in the arena that is current
+ * now), fewer when their bodies fill consume.batch_bytes; *bytes gets their size. Ones left
+ * over move to the other arena, which the next receive makes current. */
+static size_t take_pending(amqp_source_t *s, pb_message_t *msgs, size_t max, uint64_t *bytes)
+{
+    size_t k = 0;
+    *bytes = 0;
+    while (k < s->n_pending && k < max && !bytes_full(s, k, *bytes))
+        *bytes += s->pending[k++].body_len;
     if (k)
         memcpy(msgs, s->pending, k * sizeof *msgs);
     size_t left = s->n_pending - k;
@@ -547,17 +576,19 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
         return pb_fail(err, PB_TRANSIENT, "not connected to rabbitmq at %s", s->where);
     }
 
-    size_t got = take_pending(s, msgs, max);
+    uint64_t bytes;
+    size_t got = take_pending(s, msgs, max, &bytes);
     pb_status_t st = PB_OK;
     /* batch_wait counts from the first message, or from now for prefetched ones (as for ones
      * that waited in the socket buffer) */
     int64_t wait = got ? batch_wait_ms : wait_ms;
     int64_t deadline = pb_monotonic_ms() + (wait > 0 ? wait : 0);
-    while (got < max) {
+    while (got < max && !bytes_full(s, got, bytes)) {
         bool one = false;
         st = read_next(s, &msgs[got], deadline, &one, err);
         if (st != PB_OK || !one)
             break;
+        bytes += msgs[got].body_len;
         if (got++ == 0)
             deadline = pb_monotonic_ms() + (batch_wait_ms > 0 ? batch_wait_ms : 0);
     }
@@ -586,12 +617,13 @@ static pb_status_t src_prefetch(pb_source_t *src, size_t max, pb_error_t *err)
     }
     s->arena = &s->arenas[!s->cur];
     pb_status_t st = PB_OK;
-    while (s->n_pending < max) {
+    uint64_t bytes = pending_bytes(s);
+    while (s->n_pending < max && !bytes_full(s, s->n_pending, bytes)) {
         bool one = false;
         st = read_next(s, &s->pending[s->n_pending], pb_monotonic_ms(), &one, err);
         if (st != PB_OK || !one)
             break;
-        s->n_pending++;
+        bytes += s->pending[s->n_pending++].body_len;
     }
     s->arena = &s->arenas[s->cur];
     if (st == PB_OK)
@@ -602,7 +634,8 @@ static pb_status_t src_prefetch(pb_source_t *src, size_t max, pb_error_t *err)
 static int src_prefetch_fd(pb_source_t *src, size_t max)
 {
     amqp_source_t *s = (amqp_source_t *)src;
-    if (!s->link.conn || !s->link.channel_open || s->n_pending >= max)
+    if (!s->link.conn || !s->link.channel_open || s->n_pending >= max ||
+        bytes_full(s, s->n_pending, pending_bytes(s)))
         return -1;
     return amqp_get_sockfd(s->link.conn);
 }

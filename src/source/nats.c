@@ -42,6 +42,8 @@
 #include "source/amqp_headers.h"
 
 #define FAC "source.nats"
+/* room for a message's subject, headers and reply beyond the server's max_payload */
+#define MAX_BYTES_SLACK 65536
 #define MSGID_HDR "Nats-Msg-Id"
 #define TYPE_HDR "event_type"
 #define AGGREGATE_TYPE_HDR "aggregate_type"
@@ -361,13 +363,20 @@ static pb_status_t keep_alive(nats_source_t *s, int64_t now, pb_error_t *err)
  * holds it for wait_ms. *reply gets its reply subject (statuses come back on it). */
 static natsStatus pull(nats_source_t *s, size_t batch, int64_t wait_ms, char *reply, size_t n)
 {
-    char body[128];
+    char body[160];
     snprintf(reply, n, "%s.%llu", s->inbox, (unsigned long long)++s->req_seq);
+    /* the server sends at most max_bytes (consume.batch_bytes), but never less than one
+     * message can take: a request that cannot hold the next message would never get it */
+    int64_t max_bytes = s->base.cfg->consume_batch_bytes;
+    int64_t one = natsConnection_GetMaxPayload(s->nc) + MAX_BYTES_SLACK;
+    if (max_bytes < one)
+        max_bytes = one;
     if (wait_ms > 0)
-        snprintf(body, sizeof body, "{\"batch\":%zu,\"expires\":%lld}", batch,
-                 (long long)(wait_ms * NS_PER_MS));
+        snprintf(body, sizeof body, "{\"batch\":%zu,\"max_bytes\":%lld,\"expires\":%lld}",
+                 batch, (long long)max_bytes, (long long)(wait_ms * NS_PER_MS));
     else
-        snprintf(body, sizeof body, "{\"batch\":%zu,\"no_wait\":true}", batch);
+        snprintf(body, sizeof body, "{\"batch\":%zu,\"max_bytes\":%lld,\"no_wait\":true}",
+                 batch, (long long)max_bytes);
     return natsConnection_PublishRequestString(s->nc, s->next_subj, reply, body);
 }
 
@@ -403,11 +412,13 @@ static natsStatus collect(nats_source_t *s, natsMsg **got, size_t *ngot, size_t 
         char st[4];
         snprintf(st, sizeof st, "%s", sv);
         bool mine = strcmp(natsMsg_GetSubject(m), reply) == 0;
-        bool normal = !strcmp(st, "100") || !strcmp(st, "404") || !strcmp(st, "408");
+        /* 409 "Message Size Exceeds MaxBytes" ends a request that is full (see pull) */
+        const char *desc = NULL;
+        if (natsMsgHeader_Get(m, "Description", &desc) != NATS_OK)
+            desc = NULL;
+        bool full = !strcmp(st, "409") && desc && strstr(desc, "MaxBytes");
+        bool normal = !strcmp(st, "100") || !strcmp(st, "404") || !strcmp(st, "408") || full;
         if (!normal) {
-            const char *desc = NULL;
-            if (natsMsgHeader_Get(m, "Description", &desc) != NATS_OK)
-                desc = NULL;
             log_warn(FAC, "pull request for consumer \"%s\" ended with status %s %s", s->durable,
                      st, desc ? desc : "");
         }
@@ -472,6 +483,11 @@ static void take_message(nats_source_t *s, natsMsg *m, pb_message_t *out, offset
     out->body_len = (size_t)natsMsg_GetDataLength(m);
     if (!out->body)
         out->body = "";
+    if (out->body_len > (uint64_t)cfg->consume_max_message_size) { /* the inbox dead-letters it */
+        out->body_dropped = out->body_len;
+        out->body = "";
+        out->body_len = 0;
+    }
 
     jsMsgMetaData *meta = NULL;
     if (natsMsg_GetMetaData(&meta, m) == NATS_OK) {

@@ -37,6 +37,8 @@ typedef struct pb_message {
     const char *exchange;
     const char *body;        /* the payload, NUL-terminated for convenience */
     size_t body_len;
+    uint64_t body_dropped;   /* > 0: the body had this many bytes, above consume.max_message_size,
+                              * and was not kept (body is "", body_len 0) */
     const char *headers;     /* JSON object text of the message headers ("{}" if none) */
     bool redelivered;
     int64_t timestamp;       /* timestamp property (unix seconds), 0 if none */

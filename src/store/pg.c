@@ -34,7 +34,7 @@ static const char *dsn_problem(const char *libpq_msg)
     if (!libpq_msg)
         return "out of memory while parsing it";
     if (strstr(libpq_msg, "missing \"=\" after"))
-        return "a word without \"=\" (quote a value with blanks: password='a b')";
+        return "a word without \"=\" (a value with blanks goes in single quotes)";
     if (strstr(libpq_msg, "unterminated quoted string"))
         return "an unterminated quoted value";
     if (strstr(libpq_msg, "invalid connection option"))

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/secret_file.h"
 #include "common/str.h"
 
 #define NS_PER_MS INT64_C(1000000)
@@ -171,6 +172,8 @@ static pb_status_t build_options(const pb_config_t *cfg, const char *fac, natsOp
             TRY(natsOptions_SkipServerVerification(o, true), "turning off TLS verification");
     }
     if (*cfg->nats_credentials) {
+        if ((st = pb_secret_file_check("nats.credentials", cfg->nats_credentials, err)) != PB_OK)
+            goto done;
         if (access(cfg->nats_credentials, R_OK) != 0) {
             st = pb_fail(err, PB_FATAL, "nats.credentials %s: cannot read: %s",
                          cfg->nats_credentials, strerror(errno));
@@ -225,6 +228,13 @@ pb_status_t pb_nats_connect(const pb_config_t *cfg, const char *fac, natsConnect
                                       "is configured: %s", where, buf);
     case NATS_SECURE_CONNECTION_REQUIRED:
         return pb_fail(err, PB_FATAL, "nats at %s requires TLS: use a tls:// URL: %s", where, buf);
+    case NATS_SSL_ERROR:
+        /* the server answered and the TLS handshake failed: a certificate that does not
+         * verify (another CA, another host name) or TLS settings that do not match; retrying
+         * cannot change that */
+        return pb_fail(err, PB_FATAL,
+                       "tls with nats at %s failed: %s (check nats.tls_ca_cert and that the "
+                       "certificate names the host of nats.url)", where, buf);
     case NATS_INVALID_ARG:
     case NATS_ADDRESS_MISSING:
     case NATS_INVALID_SUBJECT:
