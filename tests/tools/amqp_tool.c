@@ -21,7 +21,8 @@
  *       properties and headers the relay sets; prints "published N in S seconds: R msgs/s"
  *       and the message_id of the last message (every message gets its own message_id)
  *   amqp-tool publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT]
- *       COUNT (default 1) copies of one persistent message, mandatory, with publisher confirms:
+ *       COUNT (default 1) copies of one persistent message, mandatory, with publisher confirms
+ *       (BODY @FILE: the bytes of FILE, NUL bytes included):
  *       the same message_id each time (an empty MESSAGE_ID: no message_id property; an empty
  *       TYPE: no type property), content_type application/json; exit 1 when one is returned
  *       (unroutable) or nacked
@@ -571,6 +572,23 @@ static int cmd_publish(int argc, char **argv)
     amqp_bytes_t rkey = amqp_cstring_bytes(argv[2]);
     const char *id = argv[3], *type = argv[4];
     amqp_bytes_t body = amqp_cstring_bytes(argv[5]);
+    char *file_body = NULL;
+    if (argv[5][0] == '@') { /* @FILE: the body is the file's bytes (NUL bytes included) */
+        FILE *f = fopen(argv[5] + 1, "rb");
+        if (!f)
+            die("cannot open %s", argv[5] + 1);
+        size_t cap = 1 << 16, len = 0;
+        file_body = malloc(cap);
+        for (size_t got; file_body && (got = fread(file_body + len, 1, cap - len, f)) > 0;) {
+            len += got;
+            if (len == cap)
+                file_body = realloc(file_body, cap *= 2);
+        }
+        fclose(f);
+        if (!file_body)
+            die("out of memory");
+        body = (amqp_bytes_t){.len = len, .bytes = file_body};
+    }
     pub_state_t s = {0};
     s.n = argc == 7 ? (uint64_t)parse_long(argv[6], "COUNT", 1, 1000000) : 1;
     s.done = calloc(s.n + 2, 1);
@@ -607,6 +625,7 @@ static int cmd_publish(int argc, char **argv)
             die("no confirm within 30 s (%" PRIu64 " of %" PRIu64 " confirmed)", s.settled, s.n);
     /* a basic.return precedes the ack of its message: everything returned has been read */
     close_conn(conn);
+    free(file_body);
     free(s.done);
     if (s.nacked || s.returned)
         die("%" PRIu64 " message(s) nacked and %" PRIu64 " returned (unroutable: is a queue bound?)",
