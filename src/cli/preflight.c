@@ -69,7 +69,7 @@ static pb_status_t load_pg_password(pb_config_t *cfg, pb_error_t *err)
         return pb_fail(err, PB_FATAL, "postgres.dsn has a password and postgres.password_file is "
                                       "set: keep one of them");
     char pw[SECRET_MAX];
-    pb_status_t st = pb_secret_file_read("postgres.password_file", cfg->postgres_password_file,
+    pb_status_t st = pb_read_secret_file("postgres.password_file", cfg->postgres_password_file,
                                          pw, sizeof pw, err);
     if (st != PB_OK)
         return st;
@@ -113,7 +113,7 @@ static pb_status_t load_amqp_password(pb_config_t *cfg, pb_error_t *err)
                                       "keep one of them");
     char pw[SECRET_MAX];
     pb_status_t st =
-        pb_secret_file_read("amqp.password_file", cfg->amqp_password_file, pw, sizeof pw, err);
+        pb_read_secret_file("amqp.password_file", cfg->amqp_password_file, pw, sizeof pw, err);
     if (st != PB_OK)
         return st;
     pb_buf_t b = {0};
@@ -205,13 +205,16 @@ pb_status_t pb_preflight(pb_config_t *cfg, const char *command, pb_error_t *err)
     if (st != PB_OK || strcmp(command, "config") == 0)
         return st;
     if (*cfg->nats_token_file &&
-        (st = pb_secret_file_check("nats.token_file", cfg->nats_token_file, err)) != PB_OK)
+        (st = pb_check_secret_file("nats.token_file", cfg->nats_token_file, err)) != PB_OK)
         return st;
     if (*cfg->nats_credentials &&
-        (st = pb_secret_file_check("nats.credentials", cfg->nats_credentials, err)) != PB_OK)
+        (st = pb_check_secret_file("nats.credentials", cfg->nats_credentials, err)) != PB_OK)
+        return st;
+    if (*cfg->redis_password_file &&
+        (st = pb_check_secret_file("redis.password_file", cfg->redis_password_file, err)) != PB_OK)
         return st;
     if (*cfg->metrics_token_file &&
-        (st = pb_secret_file_check("metrics.token_file", cfg->metrics_token_file, err)) != PB_OK)
+        (st = pb_check_secret_file("metrics.token_file", cfg->metrics_token_file, err)) != PB_OK)
         return st;
     if ((st = load_pg_password(cfg, err)) != PB_OK || (st = load_amqp_password(cfg, err)) != PB_OK)
         return st;

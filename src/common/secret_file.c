@@ -16,31 +16,36 @@ static pb_status_t check_mode(const char *option, const char *path, const struct
         return pb_fail(err, PB_FATAL, "%s %s: not a regular file", option, path);
     if (st->st_mode & (S_IRWXG | S_IRWXO))
         return pb_fail(err, PB_FATAL,
-                       "%s %s: group or others may access it (mode %04o): a secret file must "
-                       "be readable by its owner only (chmod 600)",
+                       "%s %s: group or others have access (mode %04o); a secret file must be "
+                       "readable by its owner only (chmod 600)",
                        option, path, (unsigned)(st->st_mode & 07777));
     return PB_OK;
 }
 
-pb_status_t pb_secret_file_check(const char *option, const char *path, pb_error_t *err)
+pb_status_t pb_check_secret_file(const char *option, const char *path, pb_error_t *err)
 {
     struct stat st;
     if (stat(path, &st) != 0)
+        return pb_fail(err, PB_FATAL, "%s %s: cannot open: %s", option, path, strerror(errno));
+    return check_mode(option, path, &st, err);
+}
+
+pb_status_t pb_check_secret_fd(const char *option, const char *path, int fd, pb_error_t *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
         return pb_fail(err, PB_FATAL, "%s %s: %s", option, path, strerror(errno));
     return check_mode(option, path, &st, err);
 }
 
-pb_status_t pb_secret_file_read(const char *option, const char *path, char *out, size_t outsz,
+pb_status_t pb_read_secret_file(const char *option, const char *path, char *out, size_t outsz,
                                 pb_error_t *err)
 {
     out[0] = '\0';
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return pb_fail(err, PB_FATAL, "%s %s: cannot open: %s", option, path, strerror(errno));
-    struct stat st;
-    pb_status_t rc = fstat(fd, &st) == 0 ? check_mode(option, path, &st, err)
-                                          : pb_fail(err, PB_FATAL, "%s %s: %s", option, path,
-                                                    strerror(errno));
+    pb_status_t rc = pb_check_secret_fd(option, path, fd, err);
     size_t got = 0;
     bool full = false;
     while (rc == PB_OK && !full) {

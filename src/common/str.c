@@ -354,25 +354,3 @@ bool pb_percent_decode(const char *s, size_t n, char **out)
     return true;
 }
 
-pb_status_t pb_read_secret_file(const char *what, const char *path, char *out, size_t n,
-                                pb_error_t *err)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return pb_fail(err, PB_FATAL, "%s %s: cannot open: %s", what, path, strerror(errno));
-    size_t got = fread(out, 1, n - 1, f);
-    bool failed = ferror(f);
-    fclose(f);
-    if (failed)
-        return pb_fail(err, PB_FATAL, "%s %s: cannot read", what, path);
-    out[got] = '\0';
-    out[strcspn(out, "\r\n")] = '\0';
-    size_t len = strlen(out);
-    while (len && isspace((unsigned char)out[len - 1]))
-        out[--len] = '\0';
-    size_t lead = strspn(out, " \t");
-    memmove(out, out + lead, len - lead + 1);
-    if (!*out)
-        return pb_fail(err, PB_FATAL, "%s %s: empty", what, path);
-    return PB_OK;
-}

@@ -49,11 +49,6 @@ size_t pb_text_copy(char *dst, size_t dstsz, const char *src);
  * malformed escape or an encoded NUL, which would silently cut the C string. */
 bool pb_percent_decode(const char *s, size_t n, char **out);
 
-/* Reads a secret (token, password) from the first line of path into out (n bytes), surrounding
- * blanks removed. PB_FATAL naming `what` (the option) and path when the file cannot be read or
- * the line is empty; the secret itself never appears in a message. */
-pb_status_t pb_read_secret_file(const char *what, const char *path, char *out, size_t n,
-                                pb_error_t *err) PB_MUSTCHECK;
 /* Copies src (NULL: "") into dst of dstsz bytes as text safe to show on a terminal: control
  * characters (C0, DEL, C1) and invalid bytes are written as escapes (\n, \t, \x1b, \u009b)
  * so that no payload can move the cursor or rewrite a screen; never cut inside a character or

@@ -27,7 +27,7 @@ pb_status_t pb_ops_start(const pb_config_t *cfg, const char *component, pb_ops_t
     if (*cfg->metrics_listen) {
         char token[1024] = "";
         if (*cfg->metrics_token_file)
-            st = pb_secret_file_read("metrics.token_file", cfg->metrics_token_file, token,
+            st = pb_read_secret_file("metrics.token_file", cfg->metrics_token_file, token,
                                      sizeof token, err);
         if (st == PB_OK)
             st = pb_http_new(cfg->metrics_listen, token, &ops->http, err);

@@ -12,6 +12,7 @@
 #include <openssl/crypto.h>
 
 #include "common/hmac.h"
+#include "common/secret_file.h"
 #include "sink/sink.h"
 
 #define HEADERS_PREFIX "headers:"
@@ -377,17 +378,7 @@ static pb_status_t read_key_file(const char *path, unsigned char *key, size_t *l
     if (fd < 0)
         return pb_fail(err, PB_FATAL, "relay.mask_key_file %s: cannot open: %s", path,
                        strerror(errno));
-    struct stat sb;
-    pb_status_t st = PB_OK;
-    if (fstat(fd, &sb) != 0)
-        st = pb_fail(err, PB_FATAL, "relay.mask_key_file %s: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = pb_fail(err, PB_FATAL, "relay.mask_key_file %s: not a regular file", path);
-    else if (sb.st_mode & (S_IRWXG | S_IRWXO))
-        st = pb_fail(err, PB_FATAL,
-                     "relay.mask_key_file %s: group or others have access (mode %04o); the key "
-                     "must be readable by its owner only (chmod 600)",
-                     path, (unsigned)(sb.st_mode & 07777));
+    pb_status_t st = pb_check_secret_fd("relay.mask_key_file", path, fd, err);
     ssize_t got = 0;
     if (st == PB_OK) {
         /* one byte more than allowed, to tell a file that is too long */

@@ -35,15 +35,15 @@ secret pg-640 640 PbSecPgFile1
 secret token-604 604 PbSecToken2
 secret creds-640 640 'not a real creds file'
 secret metrics-644 644 PbSecMetrics3
-expect_refused a1 "amqp.password_file $S/amqp-644: group or others may access it \(mode 0644\)" \
+expect_refused a1 "amqp.password_file $S/amqp-644: group or others have access \(mode 0644\)" \
     --set "amqp.url=$AMQP_NOPW" --set "amqp.password_file=$S/amqp-644"
-expect_refused a2 "postgres.password_file $S/pg-640: group or others .*mode 0640" \
+expect_refused a2 "postgres.password_file $S/pg-640: group or others have access .*mode 0640" \
     --set "postgres.password_file=$S/pg-640"
-expect_refused a3 "nats.token_file $S/token-604: group or others .*mode 0604" \
+expect_refused a3 "nats.token_file $S/token-604: group or others have access .*mode 0604" \
     --set relay.sink=nats --set "nats.token_file=$S/token-604"
-expect_refused a4 "nats.credentials $S/creds-640: group or others .*mode 0640" \
+expect_refused a4 "nats.credentials $S/creds-640: group or others have access .*mode 0640" \
     --set relay.sink=nats --set "nats.credentials=$S/creds-640"
-expect_refused a5 "metrics.token_file $S/metrics-644: group or others .*mode 0644" \
+expect_refused a5 "metrics.token_file $S/metrics-644: group or others have access .*mode 0644" \
     --set metrics.listen=127.0.0.1:1 --set "metrics.token_file=$S/metrics-644"
 mkdir -p "$S/dir" && chmod 700 "$S/dir"
 expect_refused a6 "nats.token_file $S/dir: not a regular file" --set relay.sink=nats --set "nats.token_file=$S/dir"

@@ -172,7 +172,7 @@ static pb_status_t build_options(const pb_config_t *cfg, const char *fac, natsOp
             TRY(natsOptions_SkipServerVerification(o, true), "turning off TLS verification");
     }
     if (*cfg->nats_credentials) {
-        if ((st = pb_secret_file_check("nats.credentials", cfg->nats_credentials, err)) != PB_OK)
+        if ((st = pb_check_secret_file("nats.credentials", cfg->nats_credentials, err)) != PB_OK)
             goto done;
         if (access(cfg->nats_credentials, R_OK) != 0) {
             st = pb_fail(err, PB_FATAL, "nats.credentials %s: cannot read: %s",

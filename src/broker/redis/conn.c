@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/secret_file.h"
 #include "common/str.h"
 
 #define URL_USAGE "expected redis://[[user]:password@]host[:port][/db]"
