@@ -3,23 +3,23 @@
  * committed only for what the consumer acknowledged, which it does after the PostgreSQL
  * transaction holding the inbox rows committed.
  *
- * Kafka keeps one position per partition, not one acknowledgement per message: the source
- * records every message it hands out (per partition, in offset order) and commits a partition
- * only up to its lowest offset not acknowledged yet, so a message the consumer still holds (a
- * failed handler waiting for its retry, or what waits behind it) is never skipped, whatever
- * was acknowledged after it. Each record keeps the message's decoded copy until it is
- * acknowledged, since Kafka cannot put one message back: requeue queues the tag, and the next
- * receive hands its copy out again (redelivered); the partition's commit stays below it.
+ * Kafka keeps one position per partition, not one acknowledgement per message: what may be
+ * committed is kept by kafka_offsets.h (per partition, up to the lowest offset not acknowledged
+ * yet), so a message the consumer still holds (a failed handler waiting for its retry, or what
+ * waits behind it) is never skipped, whatever was acknowledged after it. Each record keeps the
+ * message's decoded copy until it is acknowledged, since Kafka cannot put one message back:
+ * requeue queues the tag, and the next receive hands its copy out again (redelivered); the
+ * partition's commit stays below it.
  *
- * Rebalance (the callback runs inside rd_kafka_consumer_poll, on this thread): for a revoked
- * partition the acknowledged prefix is committed synchronously, then everything recorded for
- * it is dropped (also requeued tags waiting to be handed out again): the new owner gets those
- * messages from the committed offset, and an acknowledgement that arrives later for one of
- * them finds no record and is ignored. An assignment starts a partition's record afresh.
+ * Rebalance (the callback runs inside rd_kafka_consumer_poll, on this thread): before a
+ * partition is revoked the acknowledged prefixes are committed synchronously, then everything
+ * recorded for it is dropped: the new owner gets those messages from the committed offset, and
+ * an acknowledgement that arrives later for one of them finds no record and is ignored. An
+ * assignment starts a partition's record afresh. A lost assignment commits nothing.
  *
- * Commits are asynchronous and gathered: acknowledgements mark partitions, the next receive
- * (and close) commits them. A commit that fails is only logged: its messages come again after
- * a restart and the inbox absorbs them.
+ * Commits are asynchronous and gathered: acknowledgements move the committable offsets, the
+ * next receive (and close) commits them. A commit that fails is only logged: its messages come
+ * again after a restart and the inbox absorbs them.
  *
  * @thread loop (everything; librdkafka's callbacks are served by rd_kafka_consumer_poll). */
 #include "source/source.h"
@@ -38,46 +38,30 @@
 #include "common/log.h"
 #include "common/str.h"
 #include "metrics/metrics.h"
+#include "source/kafka_offsets.h"
 
 #define FAC "source.kafka"
 #define CONNECT_TIMEOUT_MS 5000
-#define CLOSE_COMMIT_TIMEOUT_MS 5000
 #define LAG_INTERVAL_MS 5000
 #define JOIN_WAIT_MS 15000 /* longest wait for the assignment and for reading to the end (catch_up_by) */
 
-/* One message handed out and not yet settled in its partition's committed offset. */
-typedef struct entry {
-    int64_t offset;
-    uint64_t tag;
-    bool acked;
-    pb_message_t msg; /* its strings in block, until it is acknowledged */
+/* A message handed out: its fields point into block. The record's data in offsets. */
+typedef struct kmsg {
+    pb_message_t msg;
     char *block;
-} entry_t;
-
-/* What the source records of an assigned partition: the entries in offset (= tag) order,
- * entries[head..n) live; everything before head is acknowledged and committable. */
-typedef struct part {
-    char *topic;
-    int32_t partition;
-    entry_t *entries;
-    size_t head, n, cap;
-    int64_t commit_next; /* offset to commit next (-1: nothing new) */
-    bool dirty;          /* commit_next not committed yet */
-    bool at_end;         /* read up to the end of the partition (partition EOF) */
-} part_t;
+} kmsg_t;
 
 typedef struct kafka_source {
     pb_source_t base; /* first: the consumer holds a pb_source_t * */
     rd_kafka_t *rk;   /* NULL until connect */
     char group[256];
-    uint64_t next_tag;
-    part_t *parts;
-    size_t nparts, cap_parts;
+    pb_kafka_offsets_t *offsets;
     uint64_t *again; /* requeued tags, handed out first (FIFO) */
     size_t nagain, cap_again;
-    /* blocks of acknowledged messages, freed at the next receive */
-    char **blocks;
-    size_t nblocks, cap_blocks;
+    /* messages settled (acknowledged, revoked): freed at the next receive, since the consumer
+     * may still read the batch handed out last */
+    kmsg_t **garbage;
+    size_t ngarbage, cap_garbage;
     int64_t lag_at;
     /* Until every assigned partition has been read to its end once, "nothing arrived" does not
      * mean "nothing there" (joining the group and the first fetch take seconds): receive keeps
@@ -86,129 +70,45 @@ typedef struct kafka_source {
     int64_t catch_up_by; /* pb_monotonic_ms */
 } kafka_source_t;
 
-/* ---- partitions ------------------------------------------------------------------------------ */
-
-static part_t *find_part(kafka_source_t *s, const char *topic, int32_t partition)
+/* kafka_offsets' release callback: the message goes at the next receive. */
+static void release_kmsg(void *data, void *arg)
 {
-    for (size_t i = 0; i < s->nparts; i++)
-        if (s->parts[i].partition == partition && strcmp(s->parts[i].topic, topic) == 0)
-            return &s->parts[i];
-    return NULL;
-}
-
-static part_t *add_part(kafka_source_t *s, const char *topic, int32_t partition)
-{
-    part_t *p = find_part(s, topic, partition);
-    if (p)
-        return p;
-    if (s->nparts == s->cap_parts) {
-        s->cap_parts = s->cap_parts ? 2 * s->cap_parts : 16;
-        s->parts = pb_realloc(s->parts, s->cap_parts * sizeof *s->parts);
+    kafka_source_t *s = arg;
+    if (s->ngarbage == s->cap_garbage) {
+        s->cap_garbage = s->cap_garbage ? 2 * s->cap_garbage : 256;
+        s->garbage = pb_realloc(s->garbage, s->cap_garbage * sizeof *s->garbage);
     }
-    p = &s->parts[s->nparts++];
-    *p = (part_t){.topic = pb_strdup(topic), .partition = partition, .commit_next = -1};
-    return p;
+    s->garbage[s->ngarbage++] = data;
 }
 
-static void keep_block(kafka_source_t *s, char *block)
+static void free_garbage(kafka_source_t *s)
 {
-    if (!block)
-        return;
-    if (s->nblocks == s->cap_blocks) {
-        s->cap_blocks = s->cap_blocks ? 2 * s->cap_blocks : 256;
-        s->blocks = pb_realloc(s->blocks, s->cap_blocks * sizeof *s->blocks);
+    for (size_t i = 0; i < s->ngarbage; i++) {
+        free(s->garbage[i]->block);
+        free(s->garbage[i]);
     }
-    s->blocks[s->nblocks++] = block;
+    s->ngarbage = 0;
 }
 
-static void free_blocks(kafka_source_t *s)
+static void add_commit(const char *topic, int32_t partition, int64_t next_offset, void *arg)
 {
-    for (size_t i = 0; i < s->nblocks; i++)
-        free(s->blocks[i]);
-    s->nblocks = 0;
+    rd_kafka_topic_partition_list_add(arg, topic, partition)->offset = next_offset;
 }
 
-/* Forgets partition p: its records go (their strings at the next receive, as the consumer may
- * still read the batch handed out last), requeued tags of it are skipped by receive. */
-static void remove_part(kafka_source_t *s, part_t *p)
-{
-    for (size_t j = p->head; j < p->n; j++)
-        keep_block(s, p->entries[j].block);
-    free(p->topic);
-    free(p->entries);
-    *p = s->parts[--s->nparts];
-}
-
-/* Pops the acknowledged prefix of p; the offset after it becomes committable. */
-static void advance(kafka_source_t *s, part_t *p)
-{
-    size_t h = p->head;
-    while (h < p->n && p->entries[h].acked)
-        h++;
-    if (h == p->head)
-        return;
-    for (size_t j = p->head; j < h; j++)
-        keep_block(s, p->entries[j].block);
-    p->commit_next = p->entries[h - 1].offset + 1;
-    p->dirty = true;
-    /* keep the array short: move the live entries down once half of it is dead */
-    if (h == p->n) {
-        p->head = p->n = 0;
-    } else if (h > p->n / 2) {
-        memmove(p->entries, p->entries + h, (p->n - h) * sizeof *p->entries);
-        p->n -= h;
-        p->head = 0;
-    } else {
-        p->head = h;
-    }
-}
-
-/* The entry of tag, or NULL (acknowledged already, or its partition was revoked). */
-static entry_t *find_entry(kafka_source_t *s, uint64_t tag, part_t **pp)
-{
-    for (size_t i = 0; i < s->nparts; i++) {
-        part_t *p = &s->parts[i];
-        if (p->head == p->n || tag < p->entries[p->head].tag || tag > p->entries[p->n - 1].tag)
-            continue;
-        size_t lo = p->head, hi = p->n; /* entries are in tag order */
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (p->entries[mid].tag < tag)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo < p->n && p->entries[lo].tag == tag) {
-            *pp = p;
-            return &p->entries[lo];
-        }
-    }
-    return NULL;
-}
-
-/* Commits every partition with a new committable offset; async unless sync. */
-static void commit_dirty(kafka_source_t *s, bool sync)
+/* Commits every partition whose committable offset moved; async unless sync. */
+static void commit_acked(kafka_source_t *s, bool sync)
 {
     if (!s->rk)
         return;
-    rd_kafka_topic_partition_list_t *l = NULL;
-    for (size_t i = 0; i < s->nparts; i++) {
-        part_t *p = &s->parts[i];
-        if (!p->dirty)
-            continue;
-        if (!l)
-            l = rd_kafka_topic_partition_list_new((int)s->nparts);
-        rd_kafka_topic_partition_list_add(l, p->topic, p->partition)->offset = p->commit_next;
-        p->dirty = false;
-    }
-    if (!l)
-        return;
-    rd_kafka_resp_err_t e = rd_kafka_commit(s->rk, l, sync ? 0 : 1);
-    if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET) {
-        char kind[64];
-        pb_metrics_broker_error("kafka", pb_kafka_error_kind(e, kind, sizeof kind));
-        log_warn(FAC, "committing the offsets of group \"%s\": %s (the messages come again "
-                      "after a restart; the inbox absorbs them)", s->group, rd_kafka_err2str(e));
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(16);
+    if (pb_kafka_offsets_take_commits(s->offsets, add_commit, l)) {
+        rd_kafka_resp_err_t e = rd_kafka_commit(s->rk, l, sync ? 0 : 1);
+        if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+            char kind[64];
+            pb_metrics_broker_error("kafka", pb_kafka_error_kind(e, kind, sizeof kind));
+            log_warn(FAC, "committing the offsets of group \"%s\": %s (the messages come again "
+                          "after a restart; the inbox absorbs them)", s->group, rd_kafka_err2str(e));
+        }
     }
     rd_kafka_topic_partition_list_destroy(l);
 }
@@ -231,14 +131,9 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
     kafka_source_t *s = opaque;
     bool cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
     if (e == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        for (int i = 0; i < l->cnt; i++)
+            pb_kafka_offsets_assign(s->offsets, l->elems[i].topic, l->elems[i].partition);
         s->assigned = true;
-        for (int i = 0; i < l->cnt; i++) {
-            part_t *p = add_part(s, l->elems[i].topic, l->elems[i].partition);
-            p->head = p->n = 0; /* afresh: what was recorded belongs to the old assignment */
-            p->commit_next = -1;
-            p->dirty = false;
-            p->at_end = false;
-        }
         s->catch_up_by = pb_monotonic_ms() + JOIN_WAIT_MS;
         log_info(FAC, "group \"%s\": %d partition%s assigned", s->group, l->cnt,
                  l->cnt == 1 ? "" : "s");
@@ -255,21 +150,11 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
     }
     /* revoked (or lost): commit what is acknowledged, forget the rest */
     bool lost = e != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS || rd_kafka_assignment_lost(rk);
-    size_t dropped = 0;
-    for (int i = 0; i < l->cnt; i++) {
-        part_t *p = find_part(s, l->elems[i].topic, l->elems[i].partition);
-        if (p && !lost)
-            advance(s, p);
-    }
     if (!lost)
-        commit_dirty(s, true);
-    for (int i = 0; i < l->cnt; i++) {
-        part_t *p = find_part(s, l->elems[i].topic, l->elems[i].partition);
-        if (!p)
-            continue;
-        dropped += p->n - p->head;
-        remove_part(s, p);
-    }
+        commit_acked(s, true);
+    size_t dropped = 0;
+    for (int i = 0; i < l->cnt; i++)
+        dropped += pb_kafka_offsets_revoke(s->offsets, l->elems[i].topic, l->elems[i].partition);
     log_info(FAC, "group \"%s\": %d partition%s %s; %zu message%s not acknowledged are left to "
                   "the next owner", s->group, l->cnt, l->cnt == 1 ? "" : "s",
              lost ? "lost" : "revoked", dropped, dropped == 1 ? "" : "s");
@@ -288,12 +173,11 @@ static void close_consumer(kafka_source_t *s)
 {
     if (!s->rk)
         return;
-    commit_dirty(s, true);
+    commit_acked(s, true);
     rd_kafka_consumer_close(s->rk); /* leaves the group; the revoke callback runs */
     rd_kafka_destroy(s->rk);
     s->rk = NULL;
-    while (s->nparts)
-        remove_part(s, &s->parts[s->nparts - 1]);
+    pb_kafka_offsets_clear(s->offsets);
     s->nagain = 0;
 }
 
@@ -422,19 +306,6 @@ static void decode(kafka_source_t *s, const rd_kafka_message_t *m, uint64_t tag,
     *block = base;
 }
 
-/* Records fresh message m of p (decoded, its copy kept until acknowledged); returns it. */
-static const pb_message_t *record(kafka_source_t *s, part_t *p, const rd_kafka_message_t *m)
-{
-    if (p->n == p->cap) {
-        p->cap = p->cap ? 2 * p->cap : 256;
-        p->entries = pb_realloc(p->entries, p->cap * sizeof *p->entries);
-    }
-    entry_t *e = &p->entries[p->n++];
-    *e = (entry_t){.offset = m->offset, .tag = ++s->next_tag};
-    decode(s, m, e->tag, &e->msg, &e->block);
-    return &e->msg;
-}
-
 /* Consumer lag per assigned partition, from librdkafka's cached high watermarks. */
 static void sample_lag(kafka_source_t *s)
 {
@@ -442,9 +313,13 @@ static void sample_lag(kafka_source_t *s)
     if (now - s->lag_at < LAG_INTERVAL_MS)
         return;
     s->lag_at = now;
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)s->nparts + 1);
-    for (size_t i = 0; i < s->nparts; i++)
-        rd_kafka_topic_partition_list_add(l, s->parts[i].topic, s->parts[i].partition);
+    size_t n = pb_kafka_offsets_count(s->offsets);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)n + 1);
+    for (size_t i = 0; i < n; i++) {
+        int32_t partition;
+        const char *topic = pb_kafka_offsets_partition(s->offsets, i, &partition);
+        rd_kafka_topic_partition_list_add(l, topic, partition);
+    }
     if (l->cnt && rd_kafka_position(s->rk, l) == RD_KAFKA_RESP_ERR_NO_ERROR) {
         for (int i = 0; i < l->cnt; i++) {
             int64_t lo, hi;
@@ -463,11 +338,22 @@ static void sample_lag(kafka_source_t *s)
 /* Whether each assigned partition was read to its end once since its assignment. */
 static bool caught_up(const kafka_source_t *s)
 {
-    if (!s->assigned)
+    return s->assigned && pb_kafka_offsets_all_at_end(s->offsets);
+}
+
+/* Takes one fresh message: records it (its decoded copy kept until acknowledged) and puts it
+ * into *out; false when its partition was revoked after the fetch (the next owner has it). */
+static bool take(kafka_source_t *s, const rd_kafka_message_t *m, pb_message_t *out)
+{
+    kmsg_t *k = pb_malloc(sizeof *k);
+    uint64_t tag = pb_kafka_offsets_record(s->offsets, rd_kafka_topic_name(m->rkt), m->partition,
+                                           m->offset, k);
+    if (!tag) {
+        free(k);
         return false;
-    for (size_t i = 0; i < s->nparts; i++)
-        if (!s->parts[i].at_end)
-            return false;
+    }
+    decode(s, m, tag, &k->msg, &k->block);
+    *out = k->msg;
     return true;
 }
 
@@ -477,18 +363,17 @@ static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t m
 {
     kafka_source_t *s = (kafka_source_t *)src;
     *n = 0;
-    free_blocks(s);
+    free_garbage(s);
     if (!s->rk)
         return pb_fail(err, PB_TRANSIENT, "kafka: not connected");
-    commit_dirty(s, false);
+    commit_acked(s, false);
     sample_lag(s);
     size_t k = 0;
     for (; k < s->nagain && *n < max; k++) { /* requeued first */
-        part_t *p;
-        entry_t *e = find_entry(s, s->again[k], &p);
-        if (!e || e->acked)
+        kmsg_t *km = pb_kafka_offsets_lookup(s->offsets, s->again[k]);
+        if (!km)
             continue; /* its partition was revoked meanwhile */
-        msgs[*n] = e->msg;
+        msgs[*n] = km->msg;
         msgs[(*n)++].redelivered = true;
     }
     if (k > 0) { /* again is NULL until something was requeued */
@@ -512,31 +397,24 @@ static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t m
             continue;
         }
         if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            part_t *p = m->rkt ? find_part(s, rd_kafka_topic_name(m->rkt), m->partition) : NULL;
-            if (p)
-                p->at_end = true;
+            if (m->rkt)
+                pb_kafka_offsets_set_at_end(s->offsets, rd_kafka_topic_name(m->rkt), m->partition);
             rd_kafka_message_destroy(m);
             continue;
         }
         if (m->err) {
             rd_kafka_resp_err_t e = m->err;
-            bool fatal = e == RD_KAFKA_RESP_ERR__FATAL;
-            if (e != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-                char kind[64];
-                pb_metrics_broker_error("kafka", pb_kafka_error_kind(e, kind, sizeof kind));
-                log_warn(FAC, "kafka consumer: %s", rd_kafka_message_errstr(m));
-            }
+            char kind[64];
+            pb_metrics_broker_error("kafka", pb_kafka_error_kind(e, kind, sizeof kind));
+            log_warn(FAC, "kafka consumer: %s", rd_kafka_message_errstr(m));
             rd_kafka_message_destroy(m);
-            if (fatal)
+            if (e == RD_KAFKA_RESP_ERR__FATAL)
                 return pb_fail(err, PB_TRANSIENT, "kafka consumer: fatal error %s",
                                rd_kafka_err2str(e));
-            if (left <= 0)
-                break;
             continue;
         }
-        part_t *p = find_part(s, rd_kafka_topic_name(m->rkt), m->partition);
-        if (p) /* else fetched before its partition was revoked: the next owner has it */
-            msgs[(*n)++] = *record(s, p, m);
+        if (take(s, m, &msgs[*n]))
+            (*n)++;
         rd_kafka_message_destroy(m);
         if (first && *n) {
             first = false;
@@ -550,21 +428,11 @@ static pb_status_t source_ack(pb_source_t *src, uint64_t tag, bool multiple, pb_
 {
     (void)err;
     kafka_source_t *s = (kafka_source_t *)src;
-    if (multiple) {
-        for (size_t i = 0; i < s->nparts; i++) {
-            part_t *p = &s->parts[i];
-            for (size_t j = p->head; j < p->n && p->entries[j].tag <= tag; j++)
-                p->entries[j].acked = true;
-            advance(s, p);
-        }
-        return PB_OK;
-    }
-    part_t *p;
-    entry_t *e = find_entry(s, tag, &p);
-    if (!e)
-        return PB_OK; /* its partition went to another member, which reads it again */
-    e->acked = true;
-    advance(s, p);
+    if (multiple)
+        pb_kafka_offsets_ack_upto(s->offsets, tag);
+    else
+        (void)pb_kafka_offsets_ack(s->offsets, tag); /* unknown: its partition went to another
+                                                      * member, which reads it again */
     return PB_OK;
 }
 
@@ -572,9 +440,7 @@ static pb_status_t source_requeue(pb_source_t *src, uint64_t tag, pb_error_t *er
 {
     (void)err;
     kafka_source_t *s = (kafka_source_t *)src;
-    part_t *p;
-    entry_t *e = find_entry(s, tag, &p);
-    if (!e || e->acked)
+    if (!pb_kafka_offsets_lookup(s->offsets, tag))
         return PB_OK; /* revoked meanwhile: the next owner reads it */
     if (s->nagain == s->cap_again) {
         s->cap_again = s->cap_again ? 2 * s->cap_again : 256;
@@ -590,9 +456,9 @@ static void source_free(pb_source_t *src)
         return;
     kafka_source_t *s = (kafka_source_t *)src;
     close_consumer(s);
-    free_blocks(s);
-    free(s->blocks);
-    free(s->parts);
+    pb_kafka_offsets_free(s->offsets);
+    free_garbage(s);
+    free(s->garbage);
     free(s->again);
     free(s);
 }
@@ -616,6 +482,7 @@ pb_status_t pb_source_kafka_new(const pb_config_t *cfg, pb_source_t **out, pb_er
     memset(s, 0, sizeof *s);
     s->base.ops = &kafka_source_ops;
     s->base.cfg = cfg;
+    s->offsets = pb_kafka_offsets_new(release_kmsg, s);
     pb_kafka_group(cfg, s->group, sizeof s->group);
     *out = &s->base;
     return PB_OK;

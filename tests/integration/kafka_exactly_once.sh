@@ -4,7 +4,8 @@
 # each event's amount to an account balance. 20,000 events over 200 accounts in 10 producer
 # transactions, with rolled-back producer transactions (amounts of 1,000,000 that must never
 # take effect) in between, while the relay and the consumer are each SIGKILLed 9 times
-# (restarted at once). At the end: nothing pending, the group's committed offsets are at the end
+# (restarted at once). A second consumer of the same group runs throughout: every kill and
+# restart of the first rebalances the group, revoking and assigning partitions of both. At the end: nothing pending, the group's committed offsets are at the end
 # of the topic, every balance equals the sum of its account's committed events, the inbox holds
 # each committed event exactly once. Finally the whole topic is read again by a new consumer
 # group: every message is a duplicate for the inbox and no balance changes.
@@ -29,7 +30,14 @@ RELAY_BATCH=50
 outbox_count() { psql_q "SELECT count(*) FROM postbox.outbox_all"; }
 group_lag() { kafka_tool lag "$POSTBOX_KAFKA_BROKERS" "$POSTBOX_KAFKA_GROUP" "$TOPIC" 2>/dev/null || echo -1; }
 sleep_ms() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
-dup_lines() { grep -c 'duplicate message' "$CONSUMER_LOG" || true; }
+dup_lines() { cat "$CONSUMER_LOG" "$CONSUMER2_LOG" | grep -c 'duplicate message' || true; }
+CONSUMER2_LOG=$PB_TMP/consumer2.log
+: >"$CONSUMER2_LOG"
+start_consumer2() { # the second member of the group, never killed
+    "$POSTBOX_BIN" "${GROUP_OPTS[@]}" consume >>"$CONSUMER2_LOG" 2>&1 &
+    CONSUMER2_PID=$!
+    PB_PIDS+=("$CONSUMER2_PID")
+}
 
 produce_committed() {
     psql_q "BEGIN;
@@ -51,6 +59,7 @@ psql_q "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL)"
 produce_committed # the topic exists before the consumer subscribes
 start_relay --set relay.batch_size=$RELAY_BATCH
 start_consumer "${GROUP_OPTS[@]}"
+start_consumer2
 wait_until 'grep -q "partitions\{0,1\} assigned" "$CONSUMER_LOG"' 60 ||
     { tail -n 20 "$CONSUMER_LOG" >&2; fail "the consumer got no partition within 60 s"; }
 
@@ -104,6 +113,16 @@ wait_until '[[ $(group_lag) == 0 ]]' 60 || fail "group $POSTBOX_KAFKA_GROUP: $(g
 stop_relay
 ((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"
 stop_consumer
+kill -TERM "$CONSUMER2_PID"
+wait_until '! pid_alive "$CONSUMER2_PID"' 60 || fail "the second consumer still runs 60 s after SIGTERM"
+rc2=0
+wait "$CONSUMER2_PID" || rc2=$?
+((rc2 == 0)) || { tail -n 20 "$CONSUMER2_LOG" >&2; fail "the second consumer exited with $rc2"; }
+revokes=$(grep -c 'partitions\{0,1\} revoked' "$CONSUMER2_LOG" || true)
+handled2=$(grep -o 'totals: processed [0-9]*' "$CONSUMER2_LOG" | tail -1 | grep -o '[0-9]*$')
+say "the second consumer: ${handled2:-0} messages handled, partitions revoked from it $revokes times"
+((revokes >= 3)) || fail "the second consumer saw only $revokes rebalances"
+((${handled2:-0} > 0)) || fail "the second consumer handled nothing"
 
 # postbox status asks the cluster for the group's committed offsets: nothing left
 status=$("$POSTBOX_BIN" status 2>/dev/null) || true
