@@ -23,7 +23,8 @@ DRAIN_BATCH=$BATCH
 # the Kafka sink (the mock keeps nothing on disk) likewise; its drain may go faster
 [[ $BROKER != kafka ]] || BATCH=${PB_KILL_BATCH:-20} DRAIN_BATCH=200
 pb_init
-use_least_privilege # the relay runs as a member of postbox_relay
+# the relay runs as a member of postbox_relay (with cdc: REPLICATION and the publication)
+if [[ $CAPTURE == cdc ]]; then use_least_privilege --set relay.capture=cdc; else use_least_privilege; fi
 [[ $BROKER != amqp ]] || setup_queue '#'
 CAPTURE_ARGS=()
 if [[ $CAPTURE == cdc ]]; then

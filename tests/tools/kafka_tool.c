@@ -17,7 +17,7 @@
  *       without a committed offset counts from its low watermark)
  *   kafka-tool produce BROKERS TOPIC N [SIZE]
  *       N messages of SIZE bytes (default 300) with an idempotent producer (acks=all),
- *       100 keys; prints the rate */
+ *       100 keys, the five headers the relay sends; prints the rate */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -341,7 +341,12 @@ static int cmd_produce(int argc, char **argv)
             rd_kafka_resp_err_t e = rd_kafka_producev(
                 rk, RD_KAFKA_V_TOPIC(argv[1]), RD_KAFKA_V_KEY(key, (size_t)klen),
                 RD_KAFKA_V_VALUE(payload, (size_t)size), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                RD_KAFKA_V_HEADER("event_id", "x", 1), RD_KAFKA_V_END);
+                /* the headers the relay sends, of about their size */
+                RD_KAFKA_V_HEADER("event_id", "00000000-0000-0000-0000-000000000000", 36),
+                RD_KAFKA_V_HEADER("event_type", "bench.event.v1", 14),
+                RD_KAFKA_V_HEADER("aggregate_type", "bench", 5),
+                RD_KAFKA_V_HEADER("aggregate_id", key, (ssize_t)klen),
+                RD_KAFKA_V_HEADER("aggregate_sequence", "1", 1), RD_KAFKA_V_END);
             if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
                 rd_kafka_poll(rk, 10);
                 continue;
