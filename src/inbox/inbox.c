@@ -29,6 +29,8 @@ enum msg_state {
     ST_FAILED,  /* handler (or the inbox insert) failed: errors[i] */
     ST_HELD,    /* not run: an earlier message of its aggregate failed */
     ST_REFUSED, /* cannot be handled whatever the retries (size, NUL byte): dead letter, errors[i] */
+    ST_OVERDELIVERED, /* delivered more than max_attempts times, never acknowledged: dead letter
+                       * without running the handler */
 };
 
 /* One statement records the whole batch: the ids it returns are the new ones. ON CONFLICT goes
@@ -456,7 +458,7 @@ static bool fits_fast_path(const pb_inbox_t *ib, const pb_message_t *msgs, size_
     for (size_t i = 0; i < n; i++)
         /* a redelivery may be a duplicate, or have inbox_failures to clear */
         if (!msgs[i].message_id || !*msgs[i].message_id || msgs[i].redelivered ||
-            ib->handler_of[i] < 0)
+            msgs[i].deliveries > 1 || ib->handler_of[i] < 0)
             return false;
     char why[256];
     for (size_t i = 0; i < n; i++)
@@ -552,7 +554,7 @@ static pb_status_t settle_failure(pb_inbox_t *ib, const pb_message_t *m, int sta
     char text[sizeof *ib->errors];
     pb_text_copy(text, sizeof text, error);
     error = text;
-    if (state == ST_FAILED || state == ST_REFUSED) {
+    if (state == ST_FAILED || state == ST_REFUSED || state == ST_OVERDELIVERED) {
         /* give the inbox row back: the retry must not look like a duplicate, and the dead
          * letter marks it unprocessed */
         const char *rp[2] = {cfg->consume_consumer, m->message_id};
@@ -561,6 +563,8 @@ static pb_status_t settle_failure(pb_inbox_t *ib, const pb_message_t *m, int sta
             return st;
         PQclear(rr);
     }
+    if (state == ST_OVERDELIVERED)
+        attempts = m->deliveries - 1; /* deliveries that never reached a commit */
     if (state == ST_FAILED) {
         const char *fp[3] = {cfg->consume_consumer, m->message_id, error};
         PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_fail", 3, fp, NULL, NULL, 0);
@@ -665,6 +669,17 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t
         return st;
     for (size_t i = 0; i < n; i++) {
         char why[512];
+        /* new to the inbox, yet handed out again and again: each consumer that took it died
+         * (or lost its connection) before its transaction committed */
+        if (ib->state[i] == ST_NEW && msgs[i].deliveries > ib->cfg->consume_max_attempts) {
+            ib->state[i] = ST_OVERDELIVERED;
+            snprintf(why, sizeof why, "delivered %d times (consume.max_attempts %lld) and never "
+                                      "acknowledged: each consumer that took it stopped before "
+                                      "its transaction committed", msgs[i].deliveries,
+                     (long long)ib->cfg->consume_max_attempts);
+            clean_error(ib->errors[i], sizeof ib->errors[i], "", why);
+            continue;
+        }
         if (ib->state[i] == ST_NEW && refused(ib, &msgs[i], why, sizeof why)) {
             ib->state[i] = ST_REFUSED;
             clean_error(ib->errors[i], sizeof ib->errors[i], "", why);
@@ -710,6 +725,7 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t
         }
         case ST_FAILED:
         case ST_REFUSED:
+        case ST_OVERDELIVERED:
             if ((st = settle_failure(ib, &msgs[i], (int)ib->state[i], ib->errors[i], &verdicts[i],
                                      counts, err)) != PB_OK)
                 return st;

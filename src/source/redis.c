@@ -11,6 +11,9 @@
  *      before the connection was lost and never acknowledged;
  *   3. entries pending on other consumers of the group (dead ones) for longer than
  *      redis.claim_idle (XAUTOCLAIM, a cursor per stream, a full pass every claim_idle / 2);
+ *      an entry of 2. or 3. is handed out alone, in a batch of one, with its delivery count
+ *      (XPENDING), so that an entry that kills its consumers is dead-lettered by the inbox after
+ *      consume.max_attempts deliveries without taking other entries with it;
  *   4. new entries (XREADGROUP ... >), waiting up to wait_ms for the first and up to
  *      batch_wait_ms more for the rest.
  * An entry is acknowledged (XACK) only when the consumer core says so, after the PostgreSQL
@@ -29,7 +32,9 @@
  * event_type, aggregate_type, aggregate_id, sequence = PB_SEQUENCE_HEADER, body = payload, headers = the
  * headers field (a JSON object) with event_type, aggregate_type, aggregate_id, created_at and
  * the sequence added, routing_key = exchange = the stream, redelivered when the entry was
- * delivered before, timestamp = the entry id's milliseconds (when Redis stored it).
+ * delivered before, deliveries = the group's delivery count of the entry (XPENDING, for entries
+ * handed out again; 1 for new ones), timestamp = the entry id's milliseconds (when Redis stored
+ * it).
  * pb_message_t.tag is a sequence number of this source, never reused; the entries handed out
  * and not acknowledged are kept in a table indexed by tag - first tag.
  *
@@ -368,6 +373,7 @@ static bool take_entry(redis_source_t *s, uint32_t si, const redisReply *e, bool
     m->headers = headers_of(s, fields);
     m->routing_key = m->exchange = s->streams[si].name;
     m->redelivered = redelivered;
+    m->deliveries = redelivered ? 0 : 1; /* a redelivery's count: fill_deliveries */
     m->timestamp = (int64_t)(id.ms / 1000);
     return true;
 }
@@ -412,6 +418,54 @@ static size_t take_read(redis_source_t *s, redisReply *r, bool redelivered, pb_m
         take_entries(s, (uint32_t)si, entries, redelivered, msgs, max, n);
     }
     return seen;
+}
+
+static int compare_ids(entry_id_t a, entry_id_t b)
+{
+    return a.ms != b.ms ? (a.ms < b.ms ? -1 : 1) : a.seq != b.seq ? (a.seq < b.seq ? -1 : 1) : 0;
+}
+
+/* The delivery counts of msgs[from..to), entries of stream si taken again just now (claimed,
+ * re-read or requeued: pending on this consumer): one XPENDING over their id range. */
+static pb_status_t fill_deliveries(redis_source_t *s, uint32_t si, pb_message_t *msgs,
+                                   size_t from, size_t to, pb_error_t *err)
+{
+    if (from >= to)
+        return PB_OK;
+    entry_id_t lo = {UINT64_MAX, UINT64_MAX}, hi = {0, 0};
+    for (size_t i = from; i < to; i++) {
+        const outstanding_t *o = find(s, msgs[i].tag);
+        if (o && compare_ids(o->id, lo) < 0)
+            lo = o->id;
+        if (o && compare_ids(o->id, hi) > 0)
+            hi = o->id;
+    }
+    char a[48], b[48], count[24];
+    format_id(lo, a, sizeof a);
+    format_id(hi, b, sizeof b);
+    snprintf(count, sizeof count, "%zu", s->nout + 1); /* ours in the range: outstanding ones */
+    const char *argv[] = {"XPENDING", s->streams[si].name, s->group, a, b, count, s->consumer};
+    redisReply *r = NULL;
+    pb_status_t st = run(s, "XPENDING", 7, argv, &r, err);
+    if (st != PB_OK)
+        return st;
+    for (size_t k = 0; r->type == REDIS_REPLY_ARRAY && k < r->elements; k++) {
+        const redisReply *e = r->element[k];
+        entry_id_t id;
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 4 ||
+            e->element[0]->type != REDIS_REPLY_STRING || !parse_id(e->element[0]->str, &id) ||
+            e->element[3]->type != REDIS_REPLY_INTEGER)
+            continue;
+        for (size_t i = from; i < to; i++) {
+            const outstanding_t *o = find(s, msgs[i].tag);
+            if (o && compare_ids(o->id, id) == 0) {
+                msgs[i].deliveries = (int)e->element[3]->integer;
+                break;
+            }
+        }
+    }
+    freeReplyObject(r);
+    return PB_OK;
 }
 
 /* Builds "CMD stream group consumer ... ids" in argv (caller-provided, ids formatted into idbuf
@@ -468,6 +522,8 @@ static pb_status_t take_requeued(redis_source_t *s, pb_message_t *msgs, size_t m
         size_t before = *n;
         if (r->type == REDIS_REPLY_ARRAY)
             take_entries(s, si, r, true, msgs, max, n);
+        if ((st = fill_deliveries(s, si, msgs, before, *n, err)) != PB_OK)
+            return st;
         if (*n - before < take)
             log_warn(FAC, "%zu of %zu requeued entries of stream \"%s\" are no longer in the "
                           "stream (trimmed before they were acknowledged)",
@@ -493,8 +549,10 @@ static pb_status_t take_history(redis_source_t *s, pb_message_t *msgs, size_t ma
             if (st != PB_OK)
                 return st;
             keep_reply(s, r);
-            size_t before = s->nout;
+            size_t before = s->nout, first = *n;
             size_t seen = take_read(s, r, true, msgs, max, n);
+            if ((st = fill_deliveries(s, (uint32_t)si, msgs, first, *n, err)) != PB_OK)
+                return st;
             if (seen == 0) {
                 st_->history = false;
                 break;
@@ -515,6 +573,17 @@ static pb_status_t take_history(redis_source_t *s, pb_message_t *msgs, size_t ma
         }
     }
     return PB_OK;
+}
+
+/* The entry id of a message handed out, for log lines (a static buffer: one call per line). */
+static const char *claimed_id(redis_source_t *s, const pb_message_t *m)
+{
+    static char buf[48];
+    const outstanding_t *o = find(s, m->tag);
+    if (!o)
+        return "?";
+    format_id(o->id, buf, sizeof buf);
+    return buf;
 }
 
 /* Removes from the group the consumers that hold nothing and have not been heard of for
@@ -594,9 +663,13 @@ static pb_status_t take_claimed(redis_source_t *s, pb_message_t *msgs, size_t ma
             if (take_entry(s, (uint32_t)si, e, true, &msgs[*n]))
                 (*n)++;
         }
-        if (*n > before)
-            log_info(FAC, "claimed %zu entries of stream \"%s\" idle for more than %lld ms on "
-                          "another consumer of group \"%s\"", *n - before, ss->name,
+        if ((st = fill_deliveries(s, (uint32_t)si, msgs, before, *n, err)) != PB_OK)
+            return st;
+        for (size_t k = before; k < *n; k++)
+            log_info(FAC, "claimed entry %s of stream \"%s\" (message %s, delivered %d times), "
+                          "idle for more than %lld ms on another consumer of group \"%s\"",
+                     claimed_id(s, &msgs[k]), ss->name,
+                     msgs[k].message_id ? msgs[k].message_id : "without id", msgs[k].deliveries,
                      (long long)cfg->redis_claim_idle, s->group);
         if (r->elements >= 3 && r->element[2]->type == REDIS_REPLY_ARRAY && r->element[2]->elements)
             log_warn(FAC, "%zu pending entries of stream \"%s\" were deleted (trimmed) before "
@@ -725,10 +798,19 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
     if (!s->c)
         return pb_fail(err, PB_TRANSIENT, "not connected to redis at %s", s->srv.where);
     pb_status_t st;
-    if ((st = sample(s, err)) != PB_OK || (st = touch_held(s, err)) != PB_OK || (st = take_requeued(s, msgs, max, n, err)) != PB_OK ||
-        (st = take_history(s, msgs, max, n, err)) != PB_OK ||
-        (st = take_claimed(s, msgs, max, n, err)) != PB_OK)
+    if ((st = sample(s, err)) != PB_OK || (st = touch_held(s, err)) != PB_OK ||
+        (st = take_requeued(s, msgs, max, n, err)) != PB_OK)
         return st;
+    /* An entry handed out again after its consumer died (or its connection) goes in a batch of
+     * its own: if it is what kills the consumer, only its delivery count grows, and the inbox
+     * dead-letters it past consume.max_attempts without taking innocent entries along. */
+    if (*n == 0 && max > 0) {
+        if ((st = take_history(s, msgs, 1, n, err)) != PB_OK ||
+            (*n == 0 && (st = take_claimed(s, msgs, 1, n, err)) != PB_OK))
+            return st;
+        if (*n > 0)
+            return PB_OK;
+    }
     if (*n < max && (st = take_new(s, *n || wait_ms <= 0 ? -1 : wait_ms, msgs, max, n, err)) != PB_OK)
         return st;
     /* the rest of the batch: whatever comes within batch_wait_ms of the first */

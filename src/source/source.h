@@ -42,6 +42,10 @@ typedef struct pb_message {
     const char *headers;     /* JSON object text of the message headers ("{}" if none) */
     bool redelivered;
     int64_t timestamp;       /* timestamp property (unix seconds), 0 if none */
+    int deliveries;          /* times the broker has handed it out, this time included, where
+                              * it counts them (Redis Streams); 0 when it does not say. Above
+                              * consume.max_attempts the inbox dead-letters the message without
+                              * running its handler: its consumers kept dying before the commit */
 } pb_message_t;
 
 typedef struct pb_source pb_source_t;

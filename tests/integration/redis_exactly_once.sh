@@ -153,11 +153,11 @@ off=$(psql_q "$off_query")
 sum_expected=$(psql_q "SELECT sum((payload->>'amount')::bigint) FROM postbox.outbox_all")
 sum_actual=$(psql_q "SELECT sum(amount) FROM balance")
 rolled=$(psql_q "SELECT count(*) FROM postbox.outbox_all WHERE payload ? 'rolled_back'")
-claims=$(grep -c 'claimed .* entries of stream' "$CONSUMER_LOG" || true)
+claims=$(grep -c 'claimed entry .* of stream' "$CONSUMER_LOG" || true)
 say "committed events $total; rolled-back events in the outbox: $rolled; the stream holds $in_stream entries ($((in_stream - total)) copies added again by killed relays)"
 say "balances: sum expected $sum_expected, actual $sum_actual; accounts off: $off"
 say "inbox: $rows rows ($processed processed), committed events without an inbox row: $missing, inbox rows not in the outbox: $unknown"
-say "duplicates absorbed by the inbox: $dups; XAUTOCLAIM rounds that took a dead consumer's entries: $claims; group pending at the end: $(group_pending)"
+say "duplicates absorbed by the inbox: $dups; entries claimed from dead consumers (XAUTOCLAIM): $claims; group pending at the end: $(group_pending)"
 
 ((rolled == 0)) || fail "events of rolled-back producer transactions are in the outbox"
 ((off == 0)) || fail "$off account balance(s) differ from the sum of their committed events (sum $sum_actual, expected $sum_expected)"
