@@ -21,7 +21,8 @@
  *       messages arrived and none arrived for MS milliseconds; exit 1 when S seconds pass first
  *   nats-tool publish URL SUBJECT MSGID TYPE BODY [COUNT]
  *       COUNT (default 1) copies of one message, synchronously acknowledged by JetStream, with
- *       Nats-Msg-Id MSGID (empty: none) and header event_type TYPE (empty: none); prints
+ *       Nats-Msg-Id MSGID (empty: none) and header event_type TYPE (empty: none), BODY @FILE
+ *       the bytes of FILE (NUL bytes included); prints
  *       "stored S, duplicates D"; exit 1 when JetStream refuses one
  *   nats-tool publish-raw URL SUBJECT N SIZE MAXPENDING
  *       the benchmark's baseline: N messages of SIZE bytes published asynchronously
@@ -284,11 +285,31 @@ static int cmd_publish(int argc, char **argv)
     if (argc < 5 || argc > 6)
         die("usage: publish URL SUBJECT MSGID TYPE BODY [COUNT]");
     long count = argc == 6 ? parse_long(argv[5], "COUNT", 1, 1000000) : 1;
+    const char *body = argv[4];
+    size_t body_len = strlen(body);
+    char *file_body = NULL;
+    if (body[0] == '@') { /* @FILE: the body is the file's bytes (NUL bytes included) */
+        FILE *f = fopen(body + 1, "rb");
+        if (!f)
+            die("cannot open %s", body + 1);
+        size_t cap = 1 << 16;
+        body_len = 0;
+        file_body = malloc(cap);
+        for (size_t got; file_body && (got = fread(file_body + body_len, 1, cap - body_len, f)) > 0;) {
+            body_len += got;
+            if (body_len == cap)
+                file_body = realloc(file_body, cap *= 2);
+        }
+        fclose(f);
+        if (!file_body)
+            die("out of memory");
+        body = file_body;
+    }
     open_url(argv[0], NULL);
     long stored = 0, dups = 0;
     for (long i = 0; i < count; i++) {
         natsMsg *m = NULL;
-        check(natsMsg_Create(&m, argv[1], NULL, argv[4], (int)strlen(argv[4])), "message");
+        check(natsMsg_Create(&m, argv[1], NULL, body, (int)body_len), "message");
         if (*argv[3])
             check(natsMsgHeader_Set(m, "event_type", argv[3]), "header");
         jsPubOptions po;
@@ -309,6 +330,7 @@ static int cmd_publish(int argc, char **argv)
         jsPubAck_Destroy(pa);
     }
     printf("stored %ld, duplicates %ld\n", stored, dups);
+    free(file_body);
     close_all();
     return 0;
 }
