@@ -17,7 +17,7 @@
  *       without a committed offset counts from its low watermark)
  *   kafka-tool produce BROKERS TOPIC N [SIZE]
  *       N messages of SIZE bytes (default 300) with an idempotent producer (acks=all),
- *       100 keys, the five headers the relay sends; prints the rate */
+ *       100 keys, the five headers the relay sends, linger.ms 1 as the relay; prints the rate */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -323,6 +323,7 @@ static int cmd_produce(int argc, char **argv)
     conf_set(conf, "bootstrap.servers", argv[0]);
     conf_set(conf, "enable.idempotence", "true");
     conf_set(conf, "acks", "all");
+    conf_set(conf, "linger.ms", "1"); /* what the relay's producer uses */
     conf_set(conf, "log_level", "3");
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     char errstr[512];

@@ -66,6 +66,10 @@ pb_status_t pb_kafka_new(const pb_config_t *cfg, pb_kafka_role_t role,
     if (st == PB_OK && role == PB_KAFKA_PRODUCER)
         /* librdkafka's own retries of produce requests are counted from its statistics */
         st = set(conf, "statistics.interval.ms", "5000", err);
+    if (st == PB_OK && role == PB_KAFKA_PRODUCER)
+        /* the relay produces a whole batch, then waits for its reports: lingering (librdkafka's
+         * default 5 ms) only delays the last requests of every batch */
+        st = set(conf, "linger.ms", "1", err);
     if (st == PB_OK && role == PB_KAFKA_CONSUMER)
         /* a new group reads what was published before it joined */
         st = set(conf, "auto.offset.reset", "earliest", err);

@@ -35,7 +35,7 @@ typedef struct pb_kafka_callbacks {
 } pb_kafka_callbacks_t;
 
 /* Creates a client handle: bootstrap.servers from kafka.brokers, postbox's defaults (client.id;
- * producer: message.timeout.ms 30 s, statistics.interval.ms 5 s; consumer: auto.offset.reset
+ * producer: message.timeout.ms 30 s, statistics.interval.ms 5 s, linger.ms 1; consumer: auto.offset.reset
  * earliest), then every kafka.* property of cfg in its order, then the forced ones
  * (NULL-terminated list; a user property that sets one of them to another value is a fatal
  * error naming it, as is a property librdkafka does not know or a value it refuses).
