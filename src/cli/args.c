@@ -1,10 +1,12 @@
 #include "cli/args.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/redact.h"
 #include "common/str.h"
 
 bool pb_args_duration_ms(const char *s, int64_t *out)
@@ -38,4 +40,16 @@ const char *pb_args_value(char **args, int n, int *i, const char *name)
         return "";
     }
     return args[++*i];
+}
+
+void pb_args_error(const char *fmt, ...)
+{
+    char msg[1024], red[1024], shown[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pb_redact_secret(msg, red, sizeof red);
+    pb_text_escape(shown, sizeof shown, red);
+    fprintf(stderr, "%s\n", shown);
 }

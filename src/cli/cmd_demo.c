@@ -71,7 +71,7 @@ int pb_cmd_demo(pb_cli_t *cli)
                            "not starting with a digit");
             o.database = v;
         } else {
-            fprintf(stderr, "postbox demo: unknown argument \"%s\" (see postbox --help)\n", a[i]);
+            pb_args_error("postbox demo: unknown argument \"%s\" (see postbox --help)", a[i]);
             return PB_EXIT_USAGE;
         }
         if (v && !*v)

@@ -31,8 +31,8 @@
 
 static int usage_error(const char *msg, const char *arg)
 {
-    fprintf(stderr, "postbox dlq: %s%s%s%s (see postbox --help)\n", msg, arg ? " \"" : "",
-            arg ? arg : "", arg ? "\"" : "");
+    pb_args_error("postbox dlq: %s%s%s%s (see postbox --help)", msg, arg ? " \"" : "",
+                  arg ? arg : "", arg ? "\"" : "");
     return PB_EXIT_USAGE;
 }
 

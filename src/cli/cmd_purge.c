@@ -69,8 +69,8 @@ int pb_cmd_purge(pb_cli_t *cli)
                 return PB_EXIT_USAGE;
             consumer = v;
         } else {
-            fprintf(stderr, "postbox purge: unknown argument \"%s\" (see postbox --help)\n",
-                    cli->args[i]);
+            pb_args_error("postbox purge: unknown argument \"%s\" (see postbox --help)",
+                          cli->args[i]);
             return PB_EXIT_USAGE;
         }
     }

@@ -156,17 +156,17 @@ int pb_cmd_status(pb_cli_t *cli)
             count = &lim.max_slot_lag;
         else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--max-lag"))) {
             if (!*v || !pb_args_duration_ms(v, &lim.max_lag_ms)) {
-                fprintf(stderr, "postbox status: --max-lag \"%s\": expected a duration such as 60s\n", v);
+                pb_args_error("postbox status: --max-lag \"%s\": expected a duration such as 60s", v);
                 return PB_EXIT_USAGE;
             }
             continue;
         } else {
-            fprintf(stderr, "postbox status: unknown argument \"%s\" (see postbox --help)\n",
-                    cli->args[i]);
+            pb_args_error("postbox status: unknown argument \"%s\" (see postbox --help)",
+                          cli->args[i]);
             return PB_EXIT_USAGE;
         }
         if (!*v || !pb_args_count(v, count)) {
-            fprintf(stderr, "postbox status: %s: expected a number\n", cli->args[i]);
+            pb_args_error("postbox status: %s: expected a number", cli->args[i]);
             return PB_EXIT_USAGE;
         }
     }

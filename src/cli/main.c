@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/preflight.h"
 #include "common/log.h"
@@ -146,7 +147,7 @@ int main(int argc, char **argv)
             }
             char *eq = strchr(argv[++i], '=');
             if (!eq) {
-                fprintf(stderr, "postbox: --set \"%s\": expected section.key=value\n", argv[i]);
+                pb_args_error("postbox: --set \"%s\": expected section.key=value", argv[i]);
                 goto out;
             }
             *eq = '\0';
@@ -168,14 +169,14 @@ int main(int argc, char **argv)
         } else if (command && has_own_args(command)) {
             cli.args[cli.n_args++] = argv[i];
         } else if (a[0] == '-') {
-            fprintf(stderr, "postbox: unknown option \"%s\" (see postbox --help)\n", a);
+            pb_args_error("postbox: unknown option \"%s\" (see postbox --help)", a);
             goto out;
         } else if (!command) {
             command = a;
         } else if (!cli.subcommand) {
             cli.subcommand = a;
         } else {
-            fprintf(stderr, "postbox: unexpected argument \"%s\" (see postbox --help)\n", a);
+            pb_args_error("postbox: unexpected argument \"%s\" (see postbox --help)", a);
             goto out;
         }
         continue;
@@ -194,7 +195,7 @@ int main(int argc, char **argv)
     }
 
     if (cli.subcommand && strcmp(command, "cdc") != 0 && strcmp(command, "dlq") != 0) {
-        fprintf(stderr, "postbox: unexpected argument \"%s\" (see postbox --help)\n", cli.subcommand);
+        pb_args_error("postbox: unexpected argument \"%s\" (see postbox --help)", cli.subcommand);
         goto out;
     }
 
@@ -248,7 +249,7 @@ int main(int argc, char **argv)
             pb_config_write(&cli.cfg, stdout);
         rc = PB_EXIT_OK;
     } else {
-        fprintf(stderr, "postbox: unknown command \"%s\" (see postbox --help)\n", command);
+        pb_args_error("postbox: unknown command \"%s\" (see postbox --help)", command);
     }
 out_cfg:
     pb_config_free(&cli.cfg);

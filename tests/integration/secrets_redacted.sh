@@ -120,6 +120,20 @@ grep -q 'message_id *id-\\x1b\[2J-\\x7f-\\u009b31m' "$OUT/dlq-show.out" ||
     fail "(f) dlq show does not show the id with its control characters escaped: $(grep message_id "$OUT/dlq-show.out")"
 say "(f) dlq show: $(grep -m1 message_id "$OUT/dlq-show.out"); log: $(grep -m1 -o 'message id-[^ ]*' "$CONSUMER_LOG")"
 
+# (g) a URL or DSN typed in the wrong place of the command line is not echoed with its secret
+cli_mistake() { # NAME ARGS...: postbox exits 2, its message holds no secret
+    local name=$1 rc=0
+    shift
+    "$POSTBOX_BIN" "$@" >"$OUT/$name.out" 2>&1 || rc=$?
+    ((rc == 2)) || fail "(g) $name: exit $rc, expected 2"
+    no_secret "$OUT/$name.out" "(g) $name"
+}
+cli_mistake positional relay "amqp://guest:PbSecPos1@127.0.0.1:1/"
+cli_mistake set-colon --set "amqp.url:amqp://guest:PbSecSet2@127.0.0.1:1/" relay
+cli_mistake command "postgresql://postgres:PbSecCmd3@127.0.0.1/x"
+cli_mistake status-arg status "password=PbSecArg4"
+say "(g) $(cat "$OUT/set-colon.out")"
+
 # everything this test wrote, logs included
 if grep -rl PbSec "$PB_TMP" >/dev/null; then
     fail "a secret is in $(grep -rl PbSec "$PB_TMP" | head -3 | tr '\n' ' ')"
