@@ -22,6 +22,7 @@ pb_status_t pb_cdc_outbox_map(const pb_pgo_relation_t *rel, pb_cdc_outbox_map_t 
     map->destination = pb_pgo_column(rel, "destination");
     map->created_at = pb_pgo_column(rel, "created_at");
     map->attempts = pb_pgo_column(rel, "attempts");
+    map->sequence = pb_pgo_column(rel, "sequence"); /* schema version 8 on */
     const char *missing = map->id < 0               ? "id"
                           : map->event_id < 0       ? "event_id"
                           : map->aggregate_type < 0 ? "aggregate_type"
@@ -135,6 +136,13 @@ pb_status_t pb_cdc_event_from_insert(const pb_cdc_outbox_map_t *map, const pb_pg
     }
     if (map->attempts >= 0 && map->attempts < ncols && c[map->attempts].data)
         ev->attempts = atoi(c[map->attempts].data);
+    if (map->sequence >= 0 && map->sequence < ncols && c[map->sequence].data &&
+        c[map->sequence].len < 24) {
+        char num[24]; /* the value is not NUL-terminated */
+        memcpy(num, c[map->sequence].data, c[map->sequence].len);
+        num[c[map->sequence].len] = '\0';
+        ev->sequence = strtoll(num, NULL, 10);
+    }
     return PB_OK;
 }
 
@@ -175,6 +183,10 @@ pb_status_t pb_cdc_event_from_message(const char *content, size_t len, pb_cdc_ev
     pb_event_t *ev = &out->ev;
     json_t *created = json_object_get(obj, "created_at_us");
     ev->created_at_us = json_is_integer(created) ? (int64_t)json_integer_value(created) : 0;
+    json_t *sequence = json_object_get(obj, "sequence");
+    ev->sequence = json_is_integer(sequence) && json_integer_value(sequence) > 0
+                       ? (int64_t)json_integer_value(sequence)
+                       : 0;
     free(payload_text);
     free(headers_text);
     json_decref(obj);

@@ -22,7 +22,7 @@ typedef struct pb_cdc_event {
 typedef struct pb_cdc_outbox_map {
     uint32_t relid;
     int id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, destination,
-        created_at, attempts;
+        created_at, attempts, sequence;
 } pb_cdc_outbox_map_t;
 
 /* Builds the map; PB_FATAL naming the missing column when a required one is absent. */

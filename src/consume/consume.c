@@ -51,6 +51,7 @@ typedef struct consumer {
     uint64_t *acks;
     pb_hold_t *hold; /* failed messages and what waits behind them, unacknowledged */
     pb_inbox_counts_t counts, stats_counts;
+    int64_t drain_said; /* when --drain last said what it waits for */
     int64_t stats_at;
 } consumer_t;
 
@@ -189,12 +190,12 @@ static void log_stats(consumer_t *c, bool force)
     uint64_t dups = c->counts.duplicates - c->stats_counts.duplicates;
     if (delta || dups || force)
         log_info(FAC, "processed %llu messages in %.1f s (%.0f/s), %llu duplicates; totals: "
-                      "processed %llu, duplicates %llu, handler failures %llu, dead %llu",
+                      "processed %llu, duplicates %llu, handler failures %llu, dead %llu; held %zu",
                  (unsigned long long)delta, (double)(now - c->stats_at) / 1000.0,
                  now > c->stats_at ? (double)delta * 1000.0 / (double)(now - c->stats_at) : 0.0,
                  (unsigned long long)dups, (unsigned long long)c->counts.processed,
                  (unsigned long long)c->counts.duplicates, (unsigned long long)c->counts.failed,
-                 (unsigned long long)c->counts.dead);
+                 (unsigned long long)c->counts.dead, pb_hold_count(c->hold));
     c->stats_counts = c->counts;
     c->stats_at = now;
 }
@@ -278,11 +279,8 @@ static pb_status_t consume_batch(consumer_t *c, bool *idle, pb_error_t *err)
     size_t cap = (size_t)cfg->consume_batch_size;
     int64_t now = pb_monotonic_ms();
     size_t k = pb_hold_take(c->hold, c->msgs, c->flags, cap, now);
-    /* at the bound of what may be held, no fresh messages until held ones go (the source still
-     * gets the call: it keeps the held messages alive at the broker) */
-    bool full = pb_hold_count(c->hold) >= (size_t)cfg->consume_max_held;
-    size_t room = full ? 0 : cap - k;
-    int64_t wait = k || full ? 0 : pb_hold_wait_ms(c->hold, now, RECEIVE_TICK_MS);
+    size_t room = cap - k;
+    int64_t wait = k ? 0 : pb_hold_wait_ms(c->hold, now, RECEIVE_TICK_MS);
     size_t n_fresh = 0;
     pb_error_t src_err;
     if (c->src->ops->receive(c->src, c->msgs + k, room, wait, k ? 0 : cfg->consume_batch_wait,
@@ -291,11 +289,21 @@ static pb_status_t consume_batch(consumer_t *c, bool *idle, pb_error_t *err)
         drop_source(c); /* the held messages too: they come again */
         return PB_OK;
     }
-    size_t n = pb_hold_admit(c->hold, c->msgs, c->flags, k, n_fresh, now);
+    /* at the bound of what may be held, what would be held is given back (see hold.h) */
+    bool full = pb_hold_count(c->hold) >= (size_t)cfg->consume_max_held;
+    size_t n_back;
+    size_t n = pb_hold_admit(c->hold, c->msgs, c->flags, k, n_fresh, full, c->acks, &n_back);
+    if (n_back)
+        log_warn(FAC, "%zu messages held back (consume.max_held): %zu more of held aggregates "
+                      "given back to the broker for later", pb_hold_count(c->hold), n_back);
+    for (size_t i = 0; i < n_back; i++)
+        if (c->src->ops->requeue(c->src, c->acks[i], &src_err) != PB_OK) {
+            log_warn(FAC, "%s broker connection lost: %s", c->src->ops->name, src_err.msg);
+            drop_source(c);
+            return PB_OK;
+        }
     if (n == 0) {
         *idle = c->src_up && n_fresh == 0 && pb_hold_count(c->hold) == 0;
-        if (full)
-            nap(c, pb_hold_wait_ms(c->hold, pb_monotonic_ms(), RECEIVE_TICK_MS));
         return PB_OK;
     }
     int64_t t_received = pb_monotonic_ms();
@@ -315,6 +323,30 @@ static pb_status_t consume_batch(consumer_t *c, bool *idle, pb_error_t *err)
         drop_source(c);
     }
     return st; /* PB_TRANSIENT: a lane lost its connection (its messages are held for a retry) */
+}
+
+/* --drain: nothing received, nothing held; is anything left at the broker for us, deliveries
+ * not acknowledged (redelivered later) included? */
+static bool drained(consumer_t *c)
+{
+    if (!c->src->ops->pending)
+        return true;
+    int64_t pending = 0;
+    pb_error_t src_err;
+    if (c->src->ops->pending(c->src, &pending, &src_err) != PB_OK) {
+        log_warn(FAC, "%s broker connection lost: %s", c->src->ops->name, src_err.msg);
+        drop_source(c);
+        return false;
+    }
+    if (pending == 0)
+        return true;
+    int64_t now = pb_monotonic_ms();
+    if (now - c->drain_said >= 5000) {
+        log_info(FAC, "draining: %lld message(s) still pending at the broker (unacknowledged "
+                      "ones come again after their timeout)", (long long)pending);
+        c->drain_said = now;
+    }
+    return false;
 }
 
 static void free_lanes(consumer_t *c)
@@ -360,6 +392,10 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
         c.lanes[l].index = pb_malloc(cap * sizeof *c.lanes[l].index);
     }
     c.stats_at = pb_monotonic_ms();
+    if (strcmp(cfg->consume_source, "amqp") == 0 && cfg->consume_max_held < cfg->amqp_prefetch)
+        log_warn(FAC, "consume.max_held %lld is below amqp.prefetch %lld: at the bound RabbitMQ "
+                      "redelivers what is given back at once, again and again",
+                 (long long)cfg->consume_max_held, (long long)cfg->amqp_prefetch);
     pb_ops_t *ops; /* /metrics, /healthz, /readyz; inbox retention purge */
     if ((st = pb_ops_start(cfg, "consume", &ops, err)) != PB_OK) {
         pb_source_free(c.src);
@@ -386,7 +422,7 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
         }
         bool idle = false;
         st = consume_batch(&c, &idle, err);
-        if (st == PB_OK && idle && opts->drain) {
+        if (st == PB_OK && idle && opts->drain && drained(&c)) {
             log_info(FAC, "queue drained");
             break;
         }

@@ -326,10 +326,10 @@ static int compare_entries(const void *pa, const void *pb)
 }
 
 size_t pb_hold_admit(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t k, size_t n,
-                     int64_t now)
+                     bool full, uint64_t *back, size_t *n_back)
 {
-    (void)now;
     size_t len = k;
+    *n_back = 0;
     for (size_t i = k; i < k + n; i++) {
         agg_t *a = find(h, key_of(h, &out[i]));
         bool waits = false;
@@ -342,7 +342,12 @@ size_t pb_hold_admit(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t k, 
         }
         /* behind held messages of its aggregate: kept, and it may be the missing one */
         int64_t seq = out[i].sequence;
-        if (a->waiting_for == 0 || seq == 0 || seq <= a->waiting_for)
+        bool may_fill = a->waiting_for > 0 && (seq == 0 || seq <= a->waiting_for);
+        if (full && !may_fill) {
+            back[(*n_back)++] = out[i].tag;
+            continue;
+        }
+        if (a->waiting_for == 0 || may_fill)
             a->ready = true;
         insert(h, a, &out[i]);
     }

@@ -17,8 +17,9 @@
  * messages reach the inbox in order. Messages handed out by pb_hold_take stay owned by h: their
  * strings are valid until pb_hold_settle.
  *
- * Memory: what is held is bounded by the caller (pb_hold_count against consume.max_held: at the
- * bound the consumer takes no fresh messages until a held one is released).
+ * Memory: what is held is bounded by the caller (pb_hold_count against consume.max_held): at the
+ * bound, fresh messages that would be held are given back to the broker instead (redelivered
+ * later), except those that may fill an aggregate's gap, so that the held ones can go on.
  *
  * @thread loop: the consumer's thread only. */
 #ifndef PB_CONSUME_HOLD_H
@@ -50,10 +51,13 @@ void pb_hold_clear(pb_hold_t *h);
 size_t pb_hold_take(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t cap, int64_t now);
 
 /* out[k..k+n) are fresh messages: those whose aggregate has messages held here are copied and
- * kept (they go on when their aggregate does), the others stay in the batch. Then sorts
- * out[0..) per aggregate by sequence number, then arrival. Returns the batch's new length. */
+ * kept (they go on when their aggregate does), the others stay in the batch. With full (held
+ * at the bound), one that would be kept is not, unless it may be the sequence number its
+ * aggregate waits for: its tag goes into back[*n_back] (room for n), for the caller to give back
+ * to the broker. Then sorts out[0..) per aggregate by sequence number, then arrival. Returns the
+ * batch's new length. */
 size_t pb_hold_admit(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t k, size_t n,
-                     int64_t now);
+                     bool full, uint64_t *back, size_t *n_back);
 
 /* After the inbox committed batch[0..n) with verdicts v: puts the tags to acknowledge in acks
  * (room for n), keeps the messages to retry or to hold (copies of the fresh ones). */

@@ -31,6 +31,8 @@ enum msg_state {
     ST_REFUSED, /* cannot be handled whatever the retries (size, NUL byte): dead letter, errors[i] */
     ST_OVERDELIVERED, /* delivered more than max_attempts times, never acknowledged: dead letter
                        * without running the handler */
+    ST_SEQ_DUP, /* its sequence number was handled already */
+    ST_EARLY,   /* beyond its aggregate's next sequence number: held */
 };
 
 /* One statement records the whole batch: the ids it returns are the new ones. ON CONFLICT goes
@@ -107,7 +109,8 @@ pb_status_t pb_inbox_init(pb_inbox_t *ib, PGconn *conn, const pb_config_t *cfg, 
         (st = prepare(conn, "pb_inbox_release_many", release_many_sql, 0, NULL,
                       "prepare inbox release", err)) ||
         (st = prepare(conn, "pb_inbox_claim", claim_sql, 0, NULL, "prepare inbox claim", err)) ||
-        (st = prepare(conn, "pb_inbox_done", done_sql, 0, NULL, "prepare inbox done", err)))
+        (st = prepare(conn, "pb_inbox_done", done_sql, 0, NULL, "prepare inbox done", err)) ||
+        (st = pb_inbox_seq_prepare(conn, err)))
         goto fail;
     /* handlers: one per [handlers] entry, then the default (type NULL) */
     ib->n_handlers = cfg->n_handlers + (*cfg->consume_handler ? 1 : 0);
@@ -138,7 +141,9 @@ void pb_inbox_free(pb_inbox_t *ib)
     free(ib->handler_of);
     free(ib->state);
     free(ib->errors);
+    free(ib->settled);
     pb_buf_free(&ib->scratch);
+    pb_inbox_seq_free(&ib->seq);
     memset(ib, 0, sizeof *ib);
 }
 
@@ -149,6 +154,7 @@ static void reserve(pb_inbox_t *ib, size_t n)
     ib->handler_of = pb_realloc(ib->handler_of, n * sizeof *ib->handler_of);
     ib->state = pb_realloc(ib->state, n * sizeof *ib->state);
     ib->errors = pb_realloc(ib->errors, n * sizeof *ib->errors);
+    ib->settled = pb_realloc(ib->settled, n * sizeof *ib->settled);
     ib->cap = n;
 }
 
@@ -449,8 +455,10 @@ static bool refused(const pb_inbox_t *ib, const pb_message_t *m, char *why, size
     return false;
 }
 
-/* A batch of first deliveries, each with an id and a handler, is likely all new. */
-static bool fits_fast_path(const pb_inbox_t *ib, const pb_message_t *msgs, size_t n)
+/* A batch of first deliveries, each with an id and a handler, and each aggregate's sequence
+ * numbers consecutive, is likely all new and next in line. */
+static bool fits_fast_path(pb_inbox_t *ib, const pb_message_t *msgs, const uint8_t *flags,
+                           size_t n)
 {
     /* one pipeline without reading in between: as bounded as run_pipeline's chunks */
     if (ib->careful_batches > 0 || ib->slow_batches > 0 || n > PIPELINE_CHUNK)
@@ -464,12 +472,14 @@ static bool fits_fast_path(const pb_inbox_t *ib, const pb_message_t *msgs, size_
     for (size_t i = 0; i < n; i++)
         if (refused(ib, &msgs[i], why, sizeof why))
             return false;
-    return true;
+    return ib->seq.n_order == 0 ||
+           pb_inbox_seq_fast(&ib->seq, msgs, flags, n, ib->cfg->consume_consumer, ib->seq_params);
 }
 
 /* The fast path: BEGIN, the claim of every message (it fails if one of them is in the inbox
- * already, so that no handler of a duplicate runs), the handlers without savepoints and COMMIT,
- * all in one pipeline: one round trip. *committed false: nothing was committed, and
+ * already, so that no handler of a duplicate runs), with sequence numbers the advance of the
+ * aggregates' last handled ones (it fails unless each batch follows on its aggregate's last),
+ * the handlers without savepoints and COMMIT, all in one pipeline: one round trip. *committed false: nothing was committed, and
  * *handler_failed says whether a handler was the cause. */
 static pb_status_t handle_fast(pb_inbox_t *ib, const pb_message_t *msgs, size_t n, bool *committed,
                                bool *handler_failed, pb_error_t *err)
@@ -484,16 +494,20 @@ static pb_status_t handle_fast(pb_inbox_t *ib, const pb_message_t *msgs, size_t 
     if (PQenterPipelineMode(conn) != 1)
         return pb_fail(err, PB_TRANSIENT, "cannot enter pipeline mode: %s", PQerrorMessage(conn));
     /* the flush lets the server work on the claim while the handlers are put together */
+    const size_t pre = ib->seq.n_order ? 3 : 2; /* statements before the handlers */
     bool sent = send_simple(conn, "BEGIN") &&
                 PQsendQueryPrepared(conn, "pb_inbox_claim_all", 3, cp, NULL, NULL, 0) == 1 &&
+                (pre == 2 || PQsendQueryPrepared(conn, "pb_inbox_seq_advance", 5, ib->seq_params,
+                                                 NULL, NULL, 0) == 1) &&
                 PQflush(conn) == 0;
     for (size_t i = 0; sent && i < n; i++)
         sent = send_message(ib, &msgs[i], ib->handler_of[i], false);
     if (!sent || !send_simple(conn, "COMMIT") || PQpipelineSync(conn) != 1)
         return pb_fail(err, PB_TRANSIENT, "send to postgresql: %s", PQerrorMessage(conn));
 
-    /* BEGIN, the claim, n handlers, COMMIT: each a result and a NULL; then the sync */
-    const size_t total = n + 3;
+    /* BEGIN, the claim, (the advance,) n handlers, COMMIT: each a result and a NULL; then the
+     * sync */
+    const size_t total = n + pre + 1;
     ssize_t failed_at = -1;
     char why[256] = "";
     bool commit_ok = false;
@@ -535,9 +549,10 @@ static pb_status_t handle_fast(pb_inbox_t *ib, const pb_message_t *msgs, size_t 
         if (st != PB_OK)
             return st;
     }
-    *handler_failed = failed_at >= 2 && (size_t)failed_at < n + 2;
+    *handler_failed = failed_at >= (ssize_t)pre && (size_t)failed_at < n + pre;
     log_debug(FAC, "batch of %zu not committed on the fast path (%s: %s): doing it the careful way",
-              n, failed_at == 1 ? "inbox claim" : *handler_failed ? "handler" : "transaction",
+              n, failed_at == 1 ? "inbox claim" : failed_at == 2 && pre == 3 ? "sequence numbers"
+                 : *handler_failed ? "handler" : "transaction",
               *why ? why : "no error");
     return PB_OK;
 }
@@ -654,8 +669,8 @@ static pb_status_t release_held(pb_inbox_t *ib, const pb_message_t *msgs, size_t
     return st;
 }
 
-static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
-                                pb_inbox_verdict_t *verdicts, pb_inbox_counts_t *counts,
+static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, const uint8_t *flags,
+                                size_t n, pb_inbox_verdict_t *verdicts, pb_inbox_counts_t *counts,
                                 bool savepoints, bool *aborted, pb_error_t *err)
 {
     pb_status_t st;
@@ -664,6 +679,15 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t
         ib->errors[i][0] = '\0';
         ib->state[i] = msgs[i].message_id && *msgs[i].message_id ? ST_NEW : ST_NO_ID;
         ib->handler_of[i] = find_handler(ib, msgs[i].type);
+    }
+    if ((st = pb_inbox_seq_check(&ib->seq, ib->conn, ib->cfg->consume_consumer, msgs, flags, n,
+                                 err)) != PB_OK)
+        return st;
+    for (size_t i = 0; i < n; i++) {
+        if (ib->seq.cls[i] == PB_SEQ_DUP)
+            ib->state[i] = ST_SEQ_DUP;
+        else if (ib->seq.cls[i] == PB_SEQ_EARLY)
+            ib->state[i] = ST_EARLY;
     }
     if ((st = claim_batch(ib, msgs, n, err)) != PB_OK)
         return st;
@@ -733,11 +757,31 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, size_t
         case ST_HELD:
             verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_HOLD, 0, 0};
             break;
+        case ST_EARLY:
+            verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_HOLD, 0, ib->seq.expected[i]};
+            break;
+        case ST_SEQ_DUP:
+            counts->duplicates++;
+            log_info_f(FAC,
+                       PB_FIELDS(PB_LF_STR("consumer", ib->cfg->consume_consumer),
+                                 PB_LF_STR("message_id", msgs[i].message_id),
+                                 PB_LF_STR("message_type", msgs[i].type)),
+                       "duplicate message %s (%s): sequence %lld of aggregate %s was handled "
+                       "already, acknowledged without running the handler",
+                       msgs[i].message_id ? msgs[i].message_id : "(no id)",
+                       msgs[i].type ? msgs[i].type : "no type", (long long)msgs[i].sequence,
+                       msgs[i].aggregate_id);
+            break;
         default:
             break;
         }
     }
     if ((st = release_held(ib, msgs, n, err)) != PB_OK)
+        return st;
+    for (size_t i = 0; i < n; i++)
+        ib->settled[i] = verdicts[i].action == PB_INBOX_ACK;
+    if ((st = pb_inbox_seq_store(&ib->seq, ib->conn, ib->cfg->consume_consumer, msgs, n,
+                                 ib->settled, err)) != PB_OK)
         return st;
     return clear_failures(ib, msgs, n, err);
 }
@@ -863,7 +907,6 @@ pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, const uint
                             pb_inbox_verdict_t *verdicts, pb_inbox_counts_t *counts,
                             pb_error_t *err)
 {
-    (void)flags; /* sequence numbers: later */
     if (n == 0)
         return PB_OK;
     reserve(ib, n);
@@ -872,7 +915,8 @@ pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, const uint
     pb_status_t st;
     for (size_t i = 0; i < n; i++)
         ib->handler_of[i] = find_handler(ib, msgs[i].type);
-    if (fits_fast_path(ib, msgs, n)) {
+    pb_inbox_seq_group(&ib->seq, msgs, n);
+    if (fits_fast_path(ib, msgs, flags, n)) {
         bool committed, handler_failed;
         if ((st = handle_fast(ib, msgs, n, &committed, &handler_failed, err)) != PB_OK) {
             if (PQstatus(ib->conn) == CONNECTION_OK)
@@ -904,7 +948,7 @@ pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, const uint
     if (st != PB_OK)
         return st;
     bool aborted = false;
-    st = handle_in_tx(ib, msgs, n, verdicts, &local, savepoints, &aborted, err);
+    st = handle_in_tx(ib, msgs, flags, n, verdicts, &local, savepoints, &aborted, err);
     if (st == PB_OK && aborted) {
         log_debug(FAC, "a handler failed in a batch without savepoints: doing it again with them");
         ib->careful_batches = CAREFUL_BATCHES;
@@ -912,7 +956,7 @@ pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, const uint
         aborted = false;
         if ((st = pb_pg_exec(ib->conn, "ROLLBACK", err)) == PB_OK &&
             (st = pb_pg_exec(ib->conn, "BEGIN", err)) == PB_OK)
-            st = handle_in_tx(ib, msgs, n, verdicts, &local, true, &aborted, err);
+            st = handle_in_tx(ib, msgs, flags, n, verdicts, &local, true, &aborted, err);
     }
     if (st == PB_OK)
         st = pb_pg_exec(ib->conn, "COMMIT", err);

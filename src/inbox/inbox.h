@@ -21,6 +21,7 @@
 #include "common/err.h"
 #include "common/str.h"
 #include "config/config.h"
+#include "inbox/sequence.h"
 #include "source/source.h"
 
 typedef enum pb_inbox_action {
@@ -61,7 +62,10 @@ typedef struct pb_inbox {
     int *handler_of;      /* per message in the batch: handler index, -1 none */
     int *state;           /* per message: internal progress */
     char (*errors)[256];  /* per message: failure text */
+    bool *settled;        /* per message: acknowledged (its sequence number is done with) */
     size_t cap;
+    pb_inbox_seq_t seq;   /* sequence numbers of the batch */
+    const char *seq_params[5]; /* the fast path's advance */
     int careful_batches; /* how many more batches run with a savepoint per message */
     int slow_batches;    /* how many more batches skip the fast path (it met duplicates) */
     void (*wait_fn)(void *arg, int pg_fd); /* see pb_inbox_set_wait */

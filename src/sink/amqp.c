@@ -459,7 +459,7 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
     json_t *root = ev->header_obj; /* parsed by pb_sink_prepare */
     size_t nuser = root ? json_object_size(root) : 0;
 
-    amqp_table_entry_t *e = amqp_pool_alloc(&s->pool, sizeof *e * (nuser + 2));
+    amqp_table_entry_t *e = amqp_pool_alloc(&s->pool, sizeof *e * (nuser + 3));
     if (!e) {
         pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
         return false;
@@ -470,7 +470,8 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
         json_t *v;
         json_object_foreach(root, key, v) {
             size_t klen = strlen(key);
-            if (strcmp(key, "aggregate_type") == 0 || strcmp(key, "aggregate_id") == 0)
+            if (strcmp(key, "aggregate_type") == 0 || strcmp(key, "aggregate_id") == 0 ||
+                strcmp(key, PB_SEQUENCE_HEADER) == 0)
                 continue; /* ours, from the row, win */
             if (klen > SHORTSTR_MAX) {
                 pb_result_setf(res, PB_OUT_REJECT, "header name \"%.40s...\" longer than 255 bytes",
@@ -530,6 +531,13 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
         e[k].value.kind = AMQP_FIELD_KIND_UTF8;
         e[k].value.value.bytes = cbytes(vals[i], vlen);
         est += 1 + e[k].key.len + 1 + 4 + vlen;
+        k++;
+    }
+    if (ev->sequence > 0) {
+        e[k].key = cbytes(PB_SEQUENCE_HEADER, strlen(PB_SEQUENCE_HEADER));
+        e[k].value.kind = AMQP_FIELD_KIND_I64;
+        e[k].value.value.i64 = ev->sequence;
+        est += 1 + e[k].key.len + 1 + 8;
         k++;
     }
     if (est > frame_max) {

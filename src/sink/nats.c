@@ -304,7 +304,8 @@ static bool header_key_valid(const char *k)
 static bool own_key(const char *k)
 {
     return strcmp(k, "event_type") == 0 || strcmp(k, "aggregate_type") == 0 ||
-           strcmp(k, "aggregate_id") == 0 || strncasecmp(k, "Nats-", 5) == 0;
+           strcmp(k, "aggregate_id") == 0 || strcmp(k, PB_SEQUENCE_HEADER) == 0 ||
+           strncasecmp(k, "Nats-", 5) == 0;
 }
 
 /* The event's JSON headers as NATS headers: strings as they are (JSON-encoded when they hold a
@@ -398,9 +399,13 @@ static natsMsg *build_msg(nats_sink_t *s, const pb_event_t *ev, const char *subj
                     "cannot build the message: %s", natsStatus_GetText(ns));
         return NULL;
     }
-    static const char *const keys[4] = {MSGID_HDR, "event_type", "aggregate_type", "aggregate_id"};
-    const char *vals[4] = {ev->event_id, ev->event_type, ev->aggregate_type, ev->aggregate_id};
-    for (int k = 0; k < 4; k++) {
+    char seq[24] = "";
+    if (ev->sequence > 0)
+        snprintf(seq, sizeof seq, "%lld", (long long)ev->sequence);
+    static const char *const keys[5] = {MSGID_HDR, "event_type", "aggregate_type", "aggregate_id",
+                                        PB_SEQUENCE_HEADER};
+    const char *vals[5] = {ev->event_id, ev->event_type, ev->aggregate_type, ev->aggregate_id, seq};
+    for (int k = 0; k < 5; k++) {
         if (!vals[k] || !*vals[k])
             continue;
         if (strpbrk(vals[k], "\r\n")) {

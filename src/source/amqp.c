@@ -176,12 +176,20 @@ static amqp_table_entry_t long_arg(const char *key, int64_t value)
     return e;
 }
 
+static amqp_table_entry_t bool_arg(const char *key, bool value)
+{
+    amqp_table_entry_t e = {.key = cbytes(key)};
+    e.value.kind = AMQP_FIELD_KIND_BOOLEAN;
+    e.value.value.boolean = value;
+    return e;
+}
+
 static pb_status_t declare_queue(amqp_source_t *s, pb_error_t *err)
 {
     const pb_config_t *cfg = s->base.cfg;
     const char *q = cfg->amqp_queue;
     bool declare = cfg->amqp_queue_declare;
-    amqp_table_entry_t args[4];
+    amqp_table_entry_t args[5];
     int nargs = 0;
     if (declare) {
         args[nargs++] = str_arg("x-queue-type", cfg->amqp_queue_type);
@@ -191,6 +199,8 @@ static pb_status_t declare_queue(amqp_source_t *s, pb_error_t *err)
             args[nargs++] = long_arg("x-message-ttl", cfg->amqp_queue_message_ttl);
         if (*cfg->amqp_queue_dead_letter_exchange)
             args[nargs++] = str_arg("x-dead-letter-exchange", cfg->amqp_queue_dead_letter_exchange);
+        if (cfg->amqp_single_active_consumer)
+            args[nargs++] = bool_arg("x-single-active-consumer", true);
     }
     amqp_table_t table = {.num_entries = nargs, .entries = args};
     amqp_queue_declare_ok_t *ok = amqp_queue_declare(s->link.conn, CHANNEL, cbytes(q), !declare,
@@ -212,7 +222,7 @@ static pb_status_t declare_queue(amqp_source_t *s, pb_error_t *err)
         return pb_fail(err, PB_FATAL,
                        "queue \"%s\" on vhost \"%s\" exists with different arguments (see "
                        "amqp.queue_type, queue_max_length, queue_message_ttl, "
-                       "queue_dead_letter_exchange): %s", q, s->url.vhost, buf);
+                       "queue_dead_letter_exchange, single_active_consumer): %s", q, s->url.vhost, buf);
     if (code == AMQP_ACCESS_REFUSED)
         return pb_fail(err, PB_FATAL, "user \"%s\" may not use queue \"%s\" on vhost \"%s\": %s",
                        s->url.user, q, s->url.vhost, buf);
@@ -688,6 +698,27 @@ static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
     return PB_OK;
 }
 
+/* Ready messages in the queue (a passive declare on the consuming channel; deliveries that
+ * arrive meanwhile are kept for the next receive) plus what is received and not handed out.
+ * Messages unacknowledged by other consumers of the queue are not seen (AMQP does not tell). */
+static pb_status_t src_pending(pb_source_t *src, int64_t *pending, pb_error_t *err)
+{
+    amqp_source_t *s = (amqp_source_t *)src;
+    if (!s->link.conn || !s->link.channel_open)
+        return pb_fail(err, PB_TRANSIENT, "not connected to rabbitmq at %s", s->where);
+    amqp_queue_declare_ok_t *ok = amqp_queue_declare(s->link.conn, CHANNEL,
+                                                     cbytes(s->base.cfg->amqp_queue), 1, 0, 0, 0,
+                                                     amqp_empty_table);
+    if (!ok) {
+        char buf[320];
+        pb_amqp_link_rpc_failed(&s->link, "check queue", buf, sizeof buf);
+        return lost(s, err, "%s", buf);
+    }
+    *pending = (int64_t)ok->message_count + (int64_t)s->n_pending +
+               (amqp_frames_enqueued(s->link.conn) || amqp_data_in_buffer(s->link.conn) ? 1 : 0);
+    return PB_OK;
+}
+
 /* ---- free / new ----------------------------------------------------------------------------- */
 
 static void free_bindings(amqp_source_t *s)
@@ -722,6 +753,7 @@ static const pb_source_ops_t amqp_source_ops = {
     .requeue = src_requeue,
     .prefetch = src_prefetch,
     .prefetch_fd = src_prefetch_fd,
+    .pending = src_pending,
     .free = src_free,
 };
 

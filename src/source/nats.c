@@ -15,8 +15,8 @@
  * requeued (the consumer may hold a failed message unacknowledged across later receives and
  * retry it when its backoff is over). While a message is held, receive sends "in progress"
  * for it every ack_wait/4 (and waits no longer than until the next one is due), so the server
- * does not redeliver it behind the consumer's back. requeue is a nak: the server redelivers at once (the consumer has waited the
- * backoff already). Acknowledged messages are destroyed at the next receive, so the strings of
+ * does not redeliver it behind the consumer's back. requeue is a nak with a delay of a second
+ * (the consumer gives back what it cannot hold now). Acknowledged messages are destroyed at the next receive, so the strings of
  * the last batch stay valid as promised in source.h.
  *
  * The message id is the Nats-Msg-Id header (or consume.message_id_header), the type the
@@ -50,6 +50,7 @@
 #define AGGREGATE_ID_HDR "aggregate_id"
 #define NS_PER_MS INT64_C(1000000)
 #define API_WAIT_MS 5000
+#define REQUEUE_DELAY_MS 1000
 
 typedef struct entry {
     uint64_t tag;
@@ -690,11 +691,35 @@ static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
     entry_t *e = find(s, tag);
     if (!e)
         return stale(s, tag, "requeue", err);
-    natsStatus ns = reply_ack(s, e->msg, "-NAK");
+    /* not at once: the consumer gives back what it cannot hold now (consume.max_held) */
+    char nak[64];
+    snprintf(nak, sizeof nak, "-NAK {\"delay\": %lld}", (long long)(REQUEUE_DELAY_MS * NS_PER_MS));
+    natsStatus ns = reply_ack(s, e->msg, nak);
     if (ns != NATS_OK)
         return lost(s, err, "naking a message", ns);
     retire(s, e);
     compact(s);
+    return PB_OK;
+}
+
+/* The durable consumer's messages not delivered yet, delivered and not acknowledged, and
+ * waiting for redelivery. Our acks are flushed first, so that they count. */
+static pb_status_t src_pending(pb_source_t *src, int64_t *pending, pb_error_t *err)
+{
+    nats_source_t *s = (nats_source_t *)src;
+    if (!s->nc || !s->js)
+        return pb_fail(err, PB_TRANSIENT, "not connected to nats at %s", s->where);
+    natsStatus ns = natsConnection_FlushTimeout(s->nc, API_WAIT_MS);
+    if (ns != NATS_OK)
+        return lost(s, err, "flushing acknowledgements", ns);
+    jsConsumerInfo *ci = NULL;
+    jsErrCode jerr = 0;
+    ns = js_GetConsumerInfo(&ci, s->js, s->base.cfg->nats_stream, s->durable, NULL, &jerr);
+    if (ns != NATS_OK)
+        return lost(s, err, "reading the durable consumer's state", ns);
+    /* delivered to us and still in the subscription's queue counts as ack pending */
+    *pending = (int64_t)ci->NumPending + ci->NumAckPending + ci->NumRedelivered;
+    jsConsumerInfo_Destroy(ci);
     return PB_OK;
 }
 
@@ -721,6 +746,7 @@ static const pb_source_ops_t nats_source_ops = {
     .receive = src_receive,
     .ack = src_ack,
     .requeue = src_requeue,
+    .pending = src_pending,
     .free = src_free,
 };
 

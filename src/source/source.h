@@ -83,6 +83,13 @@ typedef struct pb_source_ops {
      * nothing to wait for (disconnected, or max messages kept already). */
     int (*prefetch_fd)(pb_source_t *src, size_t max);
 
+    /* Optional (NULL: an empty receive is taken for the end). For `consume --drain`, called
+     * when a receive came back empty and the consumer holds nothing: *pending gets how many
+     * messages the broker still has for this consumer, counting those delivered and not
+     * acknowledged (e.g. a killed consumer's, redelivered after a timeout) and any already
+     * received but not handed out yet. The drain ends only at 0. */
+    pb_status_t (*pending)(pb_source_t *src, int64_t *pending, pb_error_t *err);
+
     /* Closes the connection (if any) and frees the source. Accepts NULL. */
     void (*free)(pb_source_t *src);
 } pb_source_ops_t;

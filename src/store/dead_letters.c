@@ -9,15 +9,17 @@
  * outbox row (id > 0) goes at the same time. */
 static const char dead_events_sql[] =
     "WITH f AS (SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], "
-    "    $5::text[], $6::text[], $7::text[], $8::text[], $9::bigint[], $10::int[], $11::text[]) "
+    "    $5::text[], $6::text[], $7::text[], $8::text[], $9::bigint[], $10::int[], $11::text[], "
+    "    $12::bigint[]) "
     "    AS f(id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "
-    "         destination, created_us, attempts, reason)), "
+    "         destination, created_us, attempts, reason, sequence)), "
     "gone AS (DELETE FROM postbox.outbox o USING f WHERE o.id = f.id) "
     "INSERT INTO postbox.dead_letters (outbox_id, event_id, aggregate_type, aggregate_id, "
-    "    event_type, payload, headers, destination, created_at, attempts, last_error, reason) "
+    "    event_type, payload, headers, destination, created_at, attempts, last_error, reason, "
+    "    sequence) "
     "SELECT nullif(id, 0), event_id, aggregate_type, aggregate_id, event_type, payload::jsonb, "
     "       coalesce(headers::jsonb, '{}'), destination, to_timestamp(created_us / 1000000.0), "
-    "       attempts, reason, reason FROM f";
+    "       attempts, reason, reason, nullif(sequence, 0) FROM f";
 
 /* Appends a text element to an array literal, or NULL. */
 static void put_text(pb_buf_t *b, size_t i, const char *s)
@@ -34,7 +36,7 @@ pb_status_t pb_dead_letter_events(PGconn *conn, const pb_event_t *const *evs, co
 {
     if (n == 0)
         return PB_OK;
-    enum { N_COLS = 11 };
+    enum { N_COLS = 12 };
     pb_buf_t cols[N_COLS] = {{0}};
     for (size_t i = 0; i < n; i++) {
         const pb_event_t *ev = evs[i];
@@ -49,6 +51,7 @@ pb_status_t pb_dead_letter_events(PGconn *conn, const pb_event_t *const *evs, co
         pb_buf_printf(&cols[8], "%s%lld", i ? "," : "{", (long long)ev->created_at_us);
         pb_buf_printf(&cols[9], "%s%d", i ? "," : "{", attempts[i]);
         put_text(&cols[10], i, reasons[i]);
+        pb_buf_printf(&cols[11], "%s%lld", i ? "," : "{", (long long)ev->sequence);
     }
     const char *params[N_COLS];
     for (int c = 0; c < N_COLS; c++) {

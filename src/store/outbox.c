@@ -36,9 +36,10 @@ static const char dead_sql[] =
     "moved AS (DELETE FROM postbox.outbox o USING f WHERE o.id = f.id "
     "          RETURNING o.*, f.reason) "
     "INSERT INTO postbox.dead_letters (outbox_id, event_id, aggregate_type, aggregate_id, "
-    "    event_type, payload, headers, destination, created_at, attempts, last_error, reason) "
+    "    event_type, payload, headers, destination, created_at, attempts, last_error, reason, "
+    "    sequence) "
     "SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "
-    "       destination, created_at, attempts + 1, last_error, reason FROM moved";
+    "       destination, created_at, attempts + 1, last_error, reason, sequence FROM moved";
 
 static const char pending_sql[] =
     "SELECT count(*) FROM postbox.outbox WHERE published_at IS NULL";
@@ -212,6 +213,7 @@ pb_status_t pb_outbox_read_claim(pb_outbox_t *ob, pb_error_t *err)
         ev->destination = PQgetisnull(res, r, 7) ? NULL : PQgetvalue(res, r, 7);
         ev->created_at_us = strtoll(PQgetvalue(res, r, 8), NULL, 10);
         ev->attempts = atoi(PQgetvalue(res, r, 9));
+        ev->sequence = PQgetisnull(res, r, 11) ? 0 : strtoll(PQgetvalue(res, r, 11), NULL, 10);
     }
     ob->batch = res;
     ob->n_events = k;

@@ -37,9 +37,10 @@
     "moved AS (DELETE FROM postbox.outbox o WHERE " ids " RETURNING o.*), "                     \
     "kept AS (INSERT INTO postbox.outbox_published (id, event_id, aggregate_type, "             \
     "    aggregate_id, event_type, payload, headers, destination, created_at, published_at, "   \
-    "    attempts, last_error) "                                                                \
+    "    attempts, last_error, sequence) "                                                      \
     "  SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "       \
-    "         destination, created_at, now(), attempts, last_error FROM moved RETURNING id) "
+    "         destination, created_at, now(), attempts, last_error, sequence FROM moved "       \
+    "  RETURNING id) "
 
 
 typedef struct pb_outbox {

@@ -17,14 +17,15 @@
  * > 1 only rows of the shards in $3 (int[] literal such as "{0,3}"). Columns, in this order:
  *   0 id bigint, 1 event_id uuid, 2 aggregate_type, 3 aggregate_id, 4 event_type,
  *   5 payload (text), 6 headers (text), 7 destination (NULL: none),
- *   8 created_at as unix microseconds (bigint), 9 attempts (int), 10 parked (boolean).
+ *   8 created_at as unix microseconds (bigint), 9 attempts (int), 10 parked (boolean),
+ *   11 sequence (bigint, NULL for an event written before schema version 8).
  * A parked row was behind an earlier waiting event of its aggregate: the statement already set
  * it waiting (until that event's retry time, or its own if later), committed with it; it is not
  * to be published. With relay.shards > 1 its cost is bounded once PB_OUTBOX_SHARD_INDEX_SQL
  * built the index for the count. */
 #define PB_OUTBOX_CLAIM_SQL                                                                    \
     "SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "        \
-    "destination, created_at_us, attempts, parked "                                            \
+    "destination, created_at_us, attempts, parked, sequence "                                  \
     "FROM postbox.claim($1::int, $2::int, $3::int[], $4::int8multirange)"
 
 /* Run by `postbox init` (relay.shards is the same for every instance), outside a transaction

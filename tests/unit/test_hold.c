@@ -63,6 +63,16 @@ static int setup(void **state)
     return 0;
 }
 
+/* pb_hold_admit below the bound (nothing given back) */
+static size_t admit(pb_hold_t *h, pb_message_t *b, uint8_t *fl, size_t k, size_t n)
+{
+    uint64_t back[CAP];
+    size_t n_back;
+    size_t len = pb_hold_admit(h, b, fl, k, n, false, back, &n_back);
+    assert_int_equal(n_back, 0);
+    return len;
+}
+
 static pb_inbox_verdict_t ack(void) { return (pb_inbox_verdict_t){PB_INBOX_ACK, 0, 0}; }
 static pb_inbox_verdict_t retry(int64_t ms) { return (pb_inbox_verdict_t){PB_INBOX_REQUEUE, ms, 0}; }
 static pb_inbox_verdict_t hold(int64_t expected) { return (pb_inbox_verdict_t){PB_INBOX_HOLD, 0, expected}; }
@@ -80,7 +90,7 @@ static void failed_message_holds_back_its_aggregate(void **state)
     b[0] = msg("A", 0);
     b[1] = msg("B", 0);
     b[2] = msg("A", 0);
-    size_t n = pb_hold_admit(h, b, fl, 0, 3, 0);
+    size_t n = admit(h, b, fl, 0, 3);
     assert_int_equal(n, 3);
     /* sorted per aggregate, arrival kept: A(1), A(3), B(2) */
     assert_int_equal(b[0].tag, 1);
@@ -98,7 +108,7 @@ static void failed_message_holds_back_its_aggregate(void **state)
     assert_int_equal(pb_hold_wait_ms(h, 50, 500), 50);
     b[0] = msg("A", 0);
     b[1] = msg("B", 0);
-    n = pb_hold_admit(h, b, fl, 0, 2, 50);
+    n = admit(h, b, fl, 0, 2);
     assert_int_equal(n, 1);
     assert_string_equal(b[0].aggregate_id, "B");
     pb_inbox_verdict_t v1[1] = {ack()};
@@ -114,7 +124,7 @@ static void failed_message_holds_back_its_aggregate(void **state)
     assert_int_equal(b[2].tag, 4);
     assert_string_equal(b[0].message_id, "m1");
     assert_string_equal(b[2].aggregate_id, "A");
-    n = pb_hold_admit(h, b, fl, k, 0, 100);
+    n = admit(h, b, fl, k, 0);
     assert_int_equal(n, 3);
     pb_inbox_verdict_t v2[3] = {ack(), ack(), ack()};
     pb_hold_settle(h, b, v2, 3, 100, acks, &n_acks);
@@ -134,12 +144,12 @@ static void messages_without_aggregate_are_independent(void **state)
     size_t n_acks;
     b[0] = msg(NULL, 0);
     b[1] = msg(NULL, 0);
-    size_t n = pb_hold_admit(h, b, fl, 0, 2, 0);
+    size_t n = admit(h, b, fl, 0, 2);
     pb_inbox_verdict_t v[2] = {retry(100), ack()};
     pb_hold_settle(h, b, v, n, 0, acks, &n_acks);
     assert_int_equal(n_acks, 1);
     b[0] = msg(NULL, 0);
-    n = pb_hold_admit(h, b, fl, 0, 1, 10);
+    n = admit(h, b, fl, 0, 1);
     assert_int_equal(n, 1); /* not held behind the failed one */
     pb_inbox_verdict_t v1[1] = {ack()};
     pb_hold_settle(h, b, v1, 1, 10, acks, &n_acks);
@@ -161,23 +171,23 @@ static void early_message_waits_for_the_missing_one(void **state)
     size_t n_acks;
     b[0] = msg("A", 3);
     b[1] = msg("A", 4);
-    size_t n = pb_hold_admit(h, b, fl, 0, 2, 0);
+    size_t n = admit(h, b, fl, 0, 2);
     pb_inbox_verdict_t v[2] = {hold(2), hold(2)};
     pb_hold_settle(h, b, v, n, 0, acks, &n_acks);
     assert_int_equal(n_acks, 0);
     assert_int_equal(pb_hold_take(h, b, fl, CAP, 1000), 0);
     /* another early one does not wake it */
     b[0] = msg("A", 5);
-    n = pb_hold_admit(h, b, fl, 0, 1, 1000);
+    n = admit(h, b, fl, 0, 1);
     assert_int_equal(n, 0);
     assert_int_equal(pb_hold_take(h, b, fl, CAP, 1000), 0);
     /* the missing one does */
     b[0] = msg("A", 2);
-    n = pb_hold_admit(h, b, fl, 0, 1, 1000);
+    n = admit(h, b, fl, 0, 1);
     assert_int_equal(n, 0);
     size_t k = pb_hold_take(h, b, fl, CAP, 1000);
     assert_int_equal(k, 4);
-    n = pb_hold_admit(h, b, fl, k, 0, 1000);
+    n = admit(h, b, fl, k, 0);
     for (size_t i = 0; i < n; i++) {
         assert_int_equal(b[i].sequence, (int64_t)i + 2);
         assert_int_equal(fl[i], 0);
@@ -201,7 +211,7 @@ static void gap_times_out(void **state)
     size_t n_acks;
     b[0] = msg("A", 1);
     b[1] = msg("A", 3);
-    size_t n = pb_hold_admit(h, b, fl, 0, 2, 0);
+    size_t n = admit(h, b, fl, 0, 2);
     pb_inbox_verdict_t v[2] = {ack(), hold(2)};
     pb_hold_settle(h, b, v, n, 100, acks, &n_acks);
     assert_int_equal(n_acks, 1);
@@ -229,11 +239,47 @@ static void held_behind_a_dead_letter_goes_on(void **state)
     size_t n_acks;
     b[0] = msg("A", 0);
     b[1] = msg("A", 0);
-    size_t n = pb_hold_admit(h, b, fl, 0, 2, 0);
+    size_t n = admit(h, b, fl, 0, 2);
     pb_inbox_verdict_t v[2] = {ack(), hold(0)};
     pb_hold_settle(h, b, v, n, 0, acks, &n_acks);
     assert_int_equal(pb_hold_wait_ms(h, 0, 500), 0);
     assert_int_equal(pb_hold_take(h, b, fl, CAP, 0), 1);
+    pb_hold_free(h);
+}
+
+/* At the bound: what would be held is given back, except what may fill the awaited gap; what
+ * does not wait for anything stays in the batch. */
+static void full_hold_gives_back_all_but_gap_fillers(void **state)
+{
+    (void)state;
+    pb_hold_t *h = pb_hold_new(60000);
+    pb_message_t b[CAP];
+    uint8_t fl[CAP];
+    uint64_t acks[CAP], back[CAP];
+    size_t n_acks, n_back;
+    b[0] = msg("A", 5);
+    b[1] = msg("R", 0);
+    size_t n = admit(h, b, fl, 0, 2);
+    pb_inbox_verdict_t v[2] = {hold(3), retry(1000)}; /* sorted: A(5), R */
+    pb_hold_settle(h, b, v, n, 0, acks, &n_acks);
+    assert_int_equal(pb_hold_count(h), 2);
+    b[0] = msg("A", 6); /* tag 3: not the missing one */
+    b[1] = msg("A", 3); /* tag 4: may fill the gap */
+    b[2] = msg("R", 0); /* tag 5: behind the retry */
+    b[3] = msg("C", 1); /* tag 6: waits for nothing */
+    n = pb_hold_admit(h, b, fl, 0, 4, true, back, &n_back);
+    assert_int_equal(n, 1);
+    assert_string_equal(b[0].aggregate_id, "C");
+    assert_int_equal(n_back, 2);
+    assert_int_equal(back[0], 3);
+    assert_int_equal(back[1], 5);
+    assert_int_equal(pb_hold_count(h), 3);
+    /* A may go on now: 3 then 5 */
+    size_t k = pb_hold_take(h, b, fl, CAP, 1);
+    assert_int_equal(k, 2);
+    n = admit(h, b, fl, k, 0);
+    assert_int_equal(b[0].sequence, 3);
+    assert_int_equal(b[1].sequence, 5);
     pb_hold_free(h);
 }
 
@@ -309,7 +355,7 @@ static void simulated_consumer_keeps_order_and_lets_others_flow(void **state)
         size_t fresh = 0;
         while (k + fresh < 8 && fresh < 3 && q_at < q_len)
             b[k + fresh++] = queue[q_at++];
-        size_t n = pb_hold_admit(h, b, fl, k, fresh, now);
+        size_t n = admit(h, b, fl, k, fresh);
         if (n) {
             fake_inbox(&s, b, fl, n, v, now);
             pb_hold_settle(h, b, v, n, now, acks, &n_acks);
@@ -337,6 +383,7 @@ int main(void)
         cmocka_unit_test_setup(early_message_waits_for_the_missing_one, setup),
         cmocka_unit_test_setup(gap_times_out, setup),
         cmocka_unit_test_setup(held_behind_a_dead_letter_goes_on, setup),
+        cmocka_unit_test_setup(full_hold_gives_back_all_but_gap_fillers, setup),
         cmocka_unit_test_setup(simulated_consumer_keeps_order_and_lets_others_flow, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
