@@ -138,8 +138,10 @@ void pb_grants_write(FILE *out, const pb_config_t *cfg)
               out);
     }
     fputs("\n"
-          "-- consumer: the inbox, its failures and dead messages (and purges its own rows)\n"
+          "-- consumer: the inbox, its failures and dead messages (and purges its own rows), the\n"
+          "-- last sequence number handled per aggregate\n"
           "GRANT SELECT, INSERT, UPDATE, DELETE ON postbox.inbox, postbox.inbox_failures TO " PB_ROLE_CONSUMER ";\n"
+          "GRANT SELECT, INSERT, UPDATE ON postbox.inbox_sequences TO " PB_ROLE_CONSUMER ";\n"
           "GRANT SELECT, INSERT ON postbox.inbox_dead TO " PB_ROLE_CONSUMER ";\n"
           "\n"
           "-- pg_logical_emit_message is executable by PUBLIC unless revoked (a superuser's\n"

@@ -1,4 +1,4 @@
--- postbox schema, version 8: a sequence number per aggregate, assigned in the producer's
+-- postbox schema, version 9: a sequence number per aggregate, assigned in the producer's
 -- transaction, so that a consumer can apply each aggregate's events in their order whatever
 -- the broker redelivers, and tell a gap from the end.
 --
@@ -39,7 +39,7 @@ AS $$
 $$;
 REVOKE EXECUTE ON FUNCTION postbox.next_sequence(text, text) FROM PUBLIC;
 
-ALTER TABLE postbox.outbox ADD COLUMN sequence bigint;  -- NULL: written before version 8
+ALTER TABLE postbox.outbox ADD COLUMN sequence bigint;  -- NULL: written before version 9
 ALTER TABLE postbox.outbox_published ADD COLUMN sequence bigint;
 ALTER TABLE postbox.dead_letters ADD COLUMN sequence bigint;
 CREATE OR REPLACE VIEW postbox.outbox_all AS
@@ -106,7 +106,8 @@ REVOKE EXECUTE ON FUNCTION postbox.emit(text, text, text, jsonb, jsonb, text, te
 
 -- The relay's claim as in version 6 (sql/006_claim_functions.sql says how it works), with the
 -- events' numbers in a last column. A changed result type needs the function dropped first;
--- the relay's statement names its columns, so a relay of version 7 still reads its own.
+-- the relay's statement names its columns, so a relay of version 8 still reads its own. It runs
+-- with the search_path version 8 gave every function.
 DROP FUNCTION postbox.claim(integer, integer, integer[], int8multirange);
 CREATE FUNCTION postbox.claim(p_limit integer, p_shards integer, p_owned integer[],
                               p_in_flight int8multirange)
@@ -116,6 +117,7 @@ RETURNS TABLE (id bigint, event_id uuid, aggregate_type text, aggregate_id text,
 LANGUAGE plpgsql
 SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off
 SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+SET search_path = pg_catalog, postbox, pg_temp
 AS $fn$
 DECLARE
     v_waiting boolean := EXISTS (SELECT FROM postbox.outbox w WHERE w.waiting);
@@ -257,6 +259,7 @@ CREATE FUNCTION postbox.inbox_advance(p_consumer text, p_types text[], p_ids tex
                                       p_firsts bigint[], p_lasts bigint[])
 RETURNS void
 LANGUAGE plpgsql
+SET search_path = pg_catalog, postbox, pg_temp
 AS $$
 DECLARE
     v_moved bigint;
