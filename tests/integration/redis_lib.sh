@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Redis Streams helpers for tests/integration/redis_*.sh; sourced after lib.sh:
 #   source "$(dirname "$0")/lib.sh"; source "$(dirname "$0")/redis_lib.sh"
 #

@@ -79,6 +79,7 @@ read -r _ len grp pend lag _ <<<"$line"
 
 # 4. unreachable
 rc=0
-out=$("$POSTBOX_BIN" --set redis.url=redis://127.0.0.1:$(free_port)/0 status 2>&1) || rc=$?
+dead_port=$(free_port)
+out=$("$POSTBOX_BIN" --set "redis.url=redis://127.0.0.1:$dead_port/0" status 2>&1) || rc=$?
 ((rc == 1)) && grep -q 'redis cannot be asked' <<<"$out" || { echo "$out" >&2; fail "status with an unreachable redis: exit $rc"; }
 say "unreachable redis: status exits 1 ($(grep 'cannot ask redis' <<<"$out" | sed 's/^ *//'))"
