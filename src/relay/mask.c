@@ -815,9 +815,8 @@ static bool rewrite_item(rw_t *w, const char *key, const char *key_end, uint64_t
     const char *s = w->p;
     vtype_t t;
     const rule_t *hit = NULL;
-    for (int i = 0; hits && i < PB_MASK_MAX_RULES; i++) {
-        if (!(hits & (UINT64_C(1) << i)))
-            continue;
+    for (uint64_t left = hits; left; left &= left - 1) {
+        int i = __builtin_ctzll(left); /* the set bits only, lowest (first listed) first */
         if (w->rules[i]->act == ACT_DROP) {
             w->changed = true;
             return scan_value(w, depth, &t);
@@ -885,10 +884,9 @@ static bool rewrite_value(rw_t *w, uint64_t alive, size_t depth)
             skip_ws(w);
         }
         uint64_t child = 0, hits = 0;
-        for (int i = 0; i < PB_MASK_MAX_RULES; i++) {
+        for (uint64_t left = alive; left; left &= left - 1) {
+            int i = __builtin_ctzll(left);
             uint64_t bit = UINT64_C(1) << i;
-            if (!(alive & bit))
-                continue;
             const seg_t *seg = &w->rules[i]->segs[depth];
             if (object ? !key_matches(w, seg, key, key_end, escaped) : !index_matches(seg, index))
                 continue;
