@@ -1,4 +1,6 @@
-/* libFuzzer target: routing templates (src/common/route.c). The input is the template, then
+/* libFuzzer target: routing templates (src/common/route.c) and the NATS subject rules the
+ * rendered destination meets in the nats sink (src/broker/nats/conn.c: a subject is valid, a
+ * stream's subject pattern matches it). The input is the template, then
  * after a NUL byte the event's fields (aggregate_type, aggregate_id, event_type, event_id,
  * destination) separated by newlines; the first byte chooses the output buffer's size. */
 #include <stddef.h>
@@ -6,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "broker/nats/conn.h"
 #include "common/route.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -41,6 +44,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort(); /* always terminated */
     if (ev.destination && fits && strcmp(out, ev.destination) != 0)
         abort(); /* a row's destination replaces the template */
+    if (pb_nats_subject_valid(out)) {
+        if (!pb_nats_subject_matches(out, out) || !pb_nats_subject_matches(">", out))
+            abort(); /* a valid subject matches itself and ">" */
+    }
+    (void)pb_nats_subject_matches(tmpl, out);
     free(out);
     free(text);
     return 0;
