@@ -5,7 +5,8 @@
 # the stream) is handed out again after each failure (requeue: claimed back by the consumer)
 # until its third attempt, while the good entries flow past it; then it lands in
 # postbox.inbox_dead with attempts = 3 and is acknowledged: nothing is left pending in the group,
-# every good entry took effect once, and the handler saw the entry's fields as headers.
+# every good entry took effect once, and the handler saw the entry's fields as headers. Then
+# consume --drain waits for entries a dead consumer holds and for undelivered ones.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/redis_lib.sh"
 
@@ -61,3 +62,16 @@ say "poison entry: $attempts_logged failed attempts logged, dead letter: $dead_r
 ((attempts_logged == 2)) || fail "expected 2 logged retries before the dead letter, got $attempts_logged"
 [[ $(psql_q "SELECT count(*) FROM postbox.inbox_failures") == 0 ]] || fail "inbox_failures rows left"
 [[ $(psql_q "SELECT count(*) FROM balance WHERE account = 'bad'") == 0 ]] || fail "the poison entry took effect"
+
+# consume --drain: a ghost consumer holds 3 entries (claimed after redis.claim_idle) and 5 are not
+# delivered yet; the drain ends only once all 8 are handled and nothing is pending in the group
+good 1001 1008
+redis_cli XREADGROUP GROUP "$GROUP" ghost COUNT 3 STREAMS "$STREAM" '>' >/dev/null || fail "XREADGROUP failed"
+rc=0
+timeout 60 "$POSTBOX_BIN" --set "handlers.good.v1=$GOOD_SQL" --set redis.claim_idle=1s consume --drain \
+    >>"$CONSUMER_LOG" 2>&1 || rc=$?
+((rc == 0)) || { tail -n 20 "$CONSUMER_LOG" >&2; fail "consume --drain exited with $rc"; }
+left=$(redis_cli XPENDING "$STREAM" "$GROUP" | head -1)
+handled=$(psql_q "SELECT count(*) FROM postbox.inbox WHERE message_id LIKE 'good-100_'")
+say "consume --drain: $handled of 8 late entries handled (3 of them claimed from a dead consumer), $left pending in the group"
+((handled == 8 && left == 0)) || fail "consume --drain ended with $handled of 8 handled and $left pending"
