@@ -36,35 +36,78 @@ pb_status_t pb_cdc_outbox_map(const pb_pgo_relation_t *rel, pb_cdc_outbox_map_t 
     return PB_OK;
 }
 
+/* n decimal digits at *p into *out, advancing *p; false when one is not a digit. */
+static bool take_digits(const char **p, const char *end, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++, (*p)++) {
+        if (*p >= end || **p < '0' || **p > '9')
+            return false;
+        v = v * 10 + (**p - '0');
+    }
+    *out = v;
+    return true;
+}
+
+static bool take_char(const char **p, const char *end, char c)
+{
+    if (*p >= end || **p != c)
+        return false;
+    (*p)++;
+    return true;
+}
+
+/* Days from 1970-01-01 to the proleptic Gregorian date y-m-d (eras of 400 years). */
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* PostgreSQL's text form of a timestamptz, "YYYY-MM-DD HH:MI:SS[.ffffff]+HH[:MI[:SS]]", parsed
+ * by hand: the cdc relay reads one per event. */
 bool pb_parse_timestamptz(const char *s, size_t len, int64_t *us)
 {
-    char text[64];
-    if (len >= sizeof text)
+    const char *p = s, *end = s + len;
+    int y, mo, d, h, mi, sec;
+    if (!take_digits(&p, end, 4, &y) || !take_char(&p, end, '-') ||
+        !take_digits(&p, end, 2, &mo) || !take_char(&p, end, '-') ||
+        !take_digits(&p, end, 2, &d) || !take_char(&p, end, ' ') ||
+        !take_digits(&p, end, 2, &h) || !take_char(&p, end, ':') ||
+        !take_digits(&p, end, 2, &mi) || !take_char(&p, end, ':') ||
+        !take_digits(&p, end, 2, &sec))
         return false;
-    memcpy(text, s, len);
-    text[len] = '\0';
-    int y, mo, d, h, mi, sec, n = 0;
-    if (sscanf(text, "%4d-%2d-%2d %2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6)
+    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 24 || mi > 59 || sec > 60)
         return false;
-    const char *p = text + n;
     int64_t frac = 0;
-    if (*p == '.') {
+    if (take_char(&p, end, '.')) {
         int digits = 0;
-        for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+        for (; p < end && *p >= '0' && *p <= '9'; p++, digits++)
             if (digits < 6)
                 frac = frac * 10 + (*p - '0');
+        if (digits == 0)
+            return false;
         for (; digits < 6; digits++)
             frac *= 10;
     }
     int sign = 0, oh = 0, om = 0, os = 0;
-    if (*p == '+' || *p == '-') {
-        sign = *p == '-' ? -1 : 1;
-        if (sscanf(p + 1, "%2d:%2d:%2d", &oh, &om, &os) < 1)
+    if (p < end && (*p == '+' || *p == '-')) {
+        sign = *p++ == '-' ? -1 : 1;
+        if (!take_digits(&p, end, 2, &oh))
+            return false;
+        if (take_char(&p, end, ':') && !take_digits(&p, end, 2, &om))
+            return false;
+        if (take_char(&p, end, ':') && !take_digits(&p, end, 2, &os))
             return false;
     }
-    struct tm tm = {.tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d,
-                    .tm_hour = h, .tm_min = mi, .tm_sec = sec};
-    int64_t t = (int64_t)timegm(&tm) - sign * (oh * 3600 + om * 60 + os);
+    if (p != end)
+        return false;
+    int64_t t = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec -
+                sign * (oh * 3600 + om * 60 + os);
     *us = t * 1000000 + frac;
     return true;
 }

@@ -1,11 +1,14 @@
 #include "common/log.h"
 
+#include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/str.h"
 
@@ -69,6 +72,77 @@ static void text_value(char *out, size_t outsz, const char *v)
     out[o] = '\0';
 }
 
+/* "2026-12-01T10:00:00.123Z" into ts (at least 25 bytes). The part up to the seconds is
+ * formatted once per second and thread: a relay at debug level writes a record per event. */
+static void timestamp(char *ts)
+{
+    static _Thread_local time_t cached_sec = (time_t)-1;
+    static _Thread_local char cached[24];
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    if (tv.tv_sec != cached_sec) {
+        struct tm tm;
+        gmtime_r(&tv.tv_sec, &tm);
+        if (strftime(cached, sizeof cached, "%Y-%m-%dT%H:%M:%S", &tm) == 0)
+            cached[0] = '\0';
+        cached_sec = tv.tv_sec;
+    }
+    size_t n = strlen(cached);
+    memcpy(ts, cached, n);
+    int ms = (int)(tv.tv_usec / 1000);
+    ts[n++] = '.';
+    ts[n++] = (char)('0' + ms / 100);
+    ts[n++] = (char)('0' + ms / 10 % 10);
+    ts[n++] = (char)('0' + ms % 10);
+    ts[n++] = 'Z';
+    ts[n] = '\0';
+}
+
+/* A field's number in a text record: an integer as such, else three decimals without trailing
+ * zeros (12.346, 0.5); very large values and NaN in %g. */
+static void format_number(char *out, size_t outsz, double v)
+{
+    if (!(v > -1e12 && v < 1e12)) {
+        snprintf(out, outsz, "%.15g", v);
+        return;
+    }
+    long long milli = llround(v * 1000.0);
+    bool neg = milli < 0;
+    unsigned long long m = (unsigned long long)(neg ? -milli : milli);
+    unsigned frac = (unsigned)(m % 1000);
+    int w = snprintf(out, outsz, "%s%llu", neg ? "-" : "", m / 1000);
+    if (frac == 0 || w < 0 || (size_t)w + 5 > outsz)
+        return;
+    char digits[5] = {'.', (char)('0' + frac / 100), (char)('0' + frac / 10 % 10),
+                      (char)('0' + frac % 10), '\0'};
+    for (int i = 3; digits[i] == '0'; i--)
+        digits[i] = '\0';
+    memcpy(out + w, digits, sizeof digits);
+}
+
+/* Appends len bytes of s to line (size sz, one byte kept for the newline). */
+static void line_put(char *line, size_t sz, size_t *n, const char *s, size_t len)
+{
+    if (*n + len > sz - 1)
+        len = sz - 1 - *n;
+    memcpy(line + *n, s, len);
+    *n += len;
+}
+
+/* Writes a record to stderr whole (a log line is never left half written by a signal). */
+static void write_all(const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(STDERR_FILENO, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return; /* nowhere to report that stderr is gone */
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
 static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fields,
                  const char *fmt, va_list ap) PB_PRINTF(4, 0);
 static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fields,
@@ -89,22 +163,26 @@ static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fi
     while (len && msg[len - 1] == ' ')
         msg[--len] = '\0';
 
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    struct tm tm;
-    gmtime_r(&tv.tv_sec, &tm);
     char ts[40];
-    size_t n = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(ts + n, sizeof ts - n, ".%03dZ", (int)(tv.tv_usec / 1000));
+    timestamp(ts);
 
     if (!log_json) {
-        char extra[1024];
-        size_t e = 0;
-        extra[0] = '\0';
-        for (const pb_log_field_t *f = fields; f && f->key && e < sizeof extra; f++) {
+        /* one write per record: the line is put together here (no stdio on the hot path) */
+        char line[4096];
+        size_t n = 0;
+        line_put(line, sizeof line, &n, ts, strlen(ts));
+        line_put(line, sizeof line, &n, " ", 1);
+        const char *lv = level_names[level];
+        line_put(line, sizeof line, &n, lv, strlen(lv));
+        line_put(line, sizeof line, &n, "     ", 5 - (strlen(lv) < 5 ? strlen(lv) : 5) + 1);
+        line_put(line, sizeof line, &n, fac, strlen(fac));
+        line_put(line, sizeof line, &n, ": ", 2);
+        line_put(line, sizeof line, &n, msg, len);
+        size_t fields_room = n + 1024 < sizeof line - 1 ? n + 1024 : sizeof line - 1;
+        for (const pb_log_field_t *f = fields; f && f->key; f++) {
             char v[512];
             if (f->kind == 2) {
-                snprintf(v, sizeof v, "%.15g", f->num);
+                format_number(v, sizeof v, f->num);
             } else if (f->str) {
                 char red[512], clean[512];
                 pb_redact_secret(f->str, red, sizeof red);
@@ -114,14 +192,16 @@ static void vlog(pb_log_level_t level, const char *fac, const pb_log_field_t *fi
                 text_value(v, sizeof v, NULL);
             }
             /* a field that does not fit whole is left out rather than cut */
-            int w = snprintf(extra + e, sizeof extra - e, " %s=%s", f->key, v);
-            if (w < 0 || (size_t)w >= sizeof extra - e) {
-                extra[e] = '\0';
+            size_t klen = strlen(f->key), vlen = strlen(v);
+            if (n + 2 + klen + vlen > fields_room)
                 break;
-            }
-            e += (size_t)w;
+            line_put(line, sizeof line, &n, " ", 1);
+            line_put(line, sizeof line, &n, f->key, klen);
+            line_put(line, sizeof line, &n, "=", 1);
+            line_put(line, sizeof line, &n, v, vlen);
         }
-        fprintf(stderr, "%s %-5s %s: %s%s\n", ts, level_names[level], fac, msg, extra);
+        line[n++] = '\n';
+        write_all(line, n);
         return;
     }
     json_t *obj = json_pack("{s:s, s:s, s:s, s:s}", "time", ts, "level", level_names[level],

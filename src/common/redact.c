@@ -139,6 +139,34 @@ static size_t redact_url(const char *in, size_t scheme, size_t i, sink_t *o)
     return a;
 }
 
+/* Whether a text can hold a secret at all: a URL, or a word every secret key starts with
+ * ("pass" for password, sslpassword and passwd). Most log records have neither, and are copied
+ * without the scan below. */
+static bool may_hold_secret(const char *in)
+{
+    for (const char *p = in; *p; p++) {
+        switch (*p | 0x20) { /* ASCII letters to lower case; ':' stays ':' */
+        case ':':
+            if (p[1] == '/' && p[2] == '/')
+                return true;
+            break;
+        case 'p':
+            if (strncasecmp(p, "pass", 4) == 0)
+                return true;
+            break;
+        case 't':
+            if (strncasecmp(p, "token", 5) == 0)
+                return true;
+            break;
+        case 's':
+            if (strncasecmp(p, "secret", 6) == 0)
+                return true;
+            break;
+        }
+    }
+    return false;
+}
+
 void pb_redact_secret(const char *in, char *out, size_t outsz)
 {
     if (!outsz)
@@ -147,6 +175,10 @@ void pb_redact_secret(const char *in, char *out, size_t outsz)
     out[0] = '\0';
     if (!in)
         return;
+    if (!may_hold_secret(in)) {
+        put(&o, in, strlen(in));
+        return;
+    }
     size_t i = 0, scheme = 0;
     while (in[i] && o.len + 1 < o.cap) {
         if (strncmp(in + i, "://", 3) == 0 && i > scheme) {

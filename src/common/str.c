@@ -129,6 +129,12 @@ size_t pb_text_escape(char *dst, size_t dstsz, const char *src)
     const unsigned char *u = (const unsigned char *)(src ? src : "");
     size_t o = 0;
     while (*u) {
+        if (*u >= 0x20 && *u < 0x7f) { /* printable ASCII: as it is */
+            if (o + 1 >= dstsz)
+                break;
+            dst[o++] = (char)*u++;
+            continue;
+        }
         size_t len = utf8_sequence(u, strnlen((const char *)u, 4));
         char esc[8] = "";
         if (*u == '\n' || *u == '\t')

@@ -217,6 +217,21 @@ static void parses_timestamps(void **state)
     assert_true(pb_parse_timestamptz("1999-12-31 19:30:00-04:30", 25, &us));
     assert_true(us == 946684800000000LL);
     assert_false(pb_parse_timestamptz("yesterday", 9, &us));
+    /* a leap day, a date past 2038, an offset with seconds, microseconds */
+    assert_true(pb_parse_timestamptz("2024-02-29 12:00:00+00", 22, &us));
+    assert_true(us == 1709208000000000LL);
+    assert_true(pb_parse_timestamptz("2100-03-01 00:00:00.000001+00", 29, &us));
+    assert_true(us == 4107542400000001LL);
+    assert_true(pb_parse_timestamptz("1970-01-01 05:30:15+05:30:15", 28, &us));
+    assert_true(us == 0);
+    assert_true(pb_parse_timestamptz("1969-12-31 23:59:59.75+00", 25, &us));
+    assert_true(us == -250000LL);
+    /* what PostgreSQL never writes for a timestamptz, or writes for a date before the era */
+    assert_false(pb_parse_timestamptz("2024-02-29 12:00:00+00 BC", 25, &us));
+    assert_false(pb_parse_timestamptz("2024-13-01 12:00:00+00", 22, &us));
+    assert_false(pb_parse_timestamptz("2024-02-29 12:00:00.+00", 23, &us));
+    assert_false(pb_parse_timestamptz("2024-02-29 12:00", 16, &us));
+    assert_false(pb_parse_timestamptz("2024-02-29 12:00:00+0", 21, &us));
 }
 
 int main(void)
