@@ -100,6 +100,16 @@ static size_t redact_url(const char *in, size_t scheme, size_t i, sink_t *o)
             at = e, has_at = true;
         e++;
     }
+    if (is_blank(in[e]) && strcspn(in + a, "/?#") >= e - a) {
+        /* a blank in the authority (a password left unencoded, which the URL parsers take: their
+         * userinfo ends at the last '@' before '/', '?' or '#'): so does this one, on the line,
+         * so a text after such a URL may be hidden too, never the password shown */
+        for (size_t f = e; in[f] && in[f] != '\n' && !strchr("/?#", in[f]) &&
+                           strncmp(in + f, "://", 3) != 0;
+             f++)
+            if (in[f] == '@')
+                at = f, has_at = true;
+    }
     if (has_at) {
         const char *colon = memchr(in + a, ':', at - a);
         /* the placeholder of usage texts ("expected amqp://user:password@host") is no secret */
