@@ -4,9 +4,10 @@
  * At connect the group is created on every stream that lacks it (XGROUP CREATE ... 0 MKSTREAM:
  * a new group starts at the beginning of the stream, which the relay's bound keeps finite).
  * Each receive then takes, in this order and up to the batch size:
- *   1. the entries given back by requeue (the consumer requeues what it gives up on), claimed
- *      again by this consumer (XCLAIM, min-idle 0): Redis has no negative acknowledgement, so
- *      a requeued entry stays pending on this consumer and is handed out again from here;
+ *   1. the entries given back by requeue (what the consumer cannot hold now, consume.max_held),
+ *      a second later: Redis has no negative acknowledgement, so a requeued entry stays pending
+ *      on this consumer (XCLAIM ... JUSTID keeps its idle time fresh and its delivery count as
+ *      it was) and is read again (XRANGE) and handed out from here;
  *   2. after a (re)connect, this consumer's own pending entries (XREADGROUP ... 0): delivered
  *      before the connection was lost and never acknowledged;
  *   3. entries pending on other consumers of the group (dead ones) for longer than
@@ -62,6 +63,8 @@
 #define FAC "source.redis"
 #define MIN_CLAIM_PASS_MS 1000
 #define IDS_PER_COMMAND 500 /* entry ids per XACK / XCLAIM */
+#define REQUEUE_DELAY_MS 1000 /* a requeued entry comes again after this (consume.max_held) */
+#define REQUEUE_MIN_IDLE "500" /* ms, below REQUEUE_DELAY_MS */
 #define DEAD_CONSUMER_IDLES 10 /* a consumer silent for this many claim_idle is gone */
 
 /* An entry id, ms-seq. */
@@ -74,12 +77,15 @@ typedef struct outstanding {
     uint32_t stream;
     entry_id_t id;
     int64_t touched_ms; /* its idle time was last reset (delivered, claimed) */
+    int deliveries;     /* as handed out (pb_message_t.deliveries) */
     bool open;          /* false once acknowledged or requeued */
 } outstanding_t;
 
 typedef struct requeued {
     uint32_t stream;
     entry_id_t id;
+    int deliveries; /* its count stays: a requeue is not a delivery that failed */
+    int64_t due_ms; /* handed out again from then on */
 } requeued_t;
 
 typedef struct stream_state {
@@ -172,7 +178,8 @@ static outstanding_t *find(redis_source_t *s, uint64_t tag)
     return o->open ? o : NULL;
 }
 
-/* Whether the entry is handed out already (an XAUTOCLAIM may return one of our own). */
+/* Whether the entry is handed out already or requeued (an XAUTOCLAIM may return one of our
+ * own). */
 static bool is_outstanding(const redis_source_t *s, uint32_t stream, entry_id_t id)
 {
     for (size_t i = 0; i < s->nout; i++) {
@@ -180,6 +187,10 @@ static bool is_outstanding(const redis_source_t *s, uint32_t stream, entry_id_t 
         if (o->open && o->stream == stream && o->id.ms == id.ms && o->id.seq == id.seq)
             return true;
     }
+    for (size_t i = 0; i < s->nagain; i++)
+        if (s->again[i].stream == stream && s->again[i].id.ms == id.ms &&
+            s->again[i].id.seq == id.seq)
+            return true; /* requeued, coming again from take_requeued */
     return false;
 }
 
@@ -204,7 +215,7 @@ static uint64_t add_outstanding(redis_source_t *s, uint32_t stream, entry_id_t i
     }
     if (s->nout == 0)
         s->first_tag = s->next_tag;
-    s->out[s->nout++] = (outstanding_t){stream, id, pb_monotonic_ms(), true};
+    s->out[s->nout++] = (outstanding_t){stream, id, pb_monotonic_ms(), 1, true};
     return s->next_tag++;
 }
 
@@ -457,9 +468,9 @@ static pb_status_t fill_deliveries(redis_source_t *s, uint32_t si, pb_message_t 
             e->element[3]->type != REDIS_REPLY_INTEGER)
             continue;
         for (size_t i = from; i < to; i++) {
-            const outstanding_t *o = find(s, msgs[i].tag);
+            outstanding_t *o = find(s, msgs[i].tag);
             if (o && compare_ids(o->id, id) == 0) {
-                msgs[i].deliveries = (int)e->element[3]->integer;
+                msgs[i].deliveries = o->deliveries = (int)e->element[3]->integer;
                 break;
             }
         }
@@ -489,47 +500,72 @@ static void id_command_free(id_command_t *cmd)
     free(cmd->idbuf);
 }
 
-/* 1. requeued entries: XCLAIM (to this consumer, min-idle 0) hands them out again, up to max. */
+/* 1. requeued entries whose delay is over, up to max: XCLAIM ... JUSTID keeps them on this
+ * consumer with a fresh idle time and the same delivery count (a requeue is no failed delivery),
+ * XRANGE reads them again. One pair of commands per entry, pipelined. */
 static pb_status_t take_requeued(redis_source_t *s, pb_message_t *msgs, size_t max, size_t *n,
                                  pb_error_t *err)
 {
-    while (s->nagain && *n < max) {
-        uint32_t si = s->again[0].stream;
-        size_t take = 0, room = max - *n;
-        if (room > IDS_PER_COMMAND)
-            room = IDS_PER_COMMAND;
-        id_command_t cmd;
-        id_command_init(&cmd, room);
-        const char *head[] = {"XCLAIM", s->streams[si].name, s->group, s->consumer, "0"};
-        for (int k = 0; k < 5; k++)
-            cmd.argv[cmd.argc++] = head[k];
-        size_t kept = 0;
-        for (size_t i = 0; i < s->nagain; i++) {
-            if (s->again[i].stream == si && take < room) {
-                format_id(s->again[i].id, cmd.idbuf[take], sizeof cmd.idbuf[take]);
-                cmd.argv[cmd.argc++] = cmd.idbuf[take++];
-            } else {
-                s->again[kept++] = s->again[i];
-            }
-        }
-        s->nagain = kept;
-        redisReply *r = NULL;
-        pb_status_t st = run(s, "XCLAIM", cmd.argc, cmd.argv, &r, err);
-        id_command_free(&cmd);
-        if (st != PB_OK)
-            return st;
-        keep_reply(s, r);
-        size_t before = *n;
-        if (r->type == REDIS_REPLY_ARRAY)
-            take_entries(s, si, r, true, msgs, max, n);
-        if ((st = fill_deliveries(s, si, msgs, before, *n, err)) != PB_OK)
-            return st;
-        if (*n - before < take)
-            log_warn(FAC, "%zu of %zu requeued entries of stream \"%s\" are no longer in the "
-                          "stream (trimmed before they were acknowledged)",
-                     take - (*n - before), take, s->streams[si].name);
+    int64_t now = pb_monotonic_ms();
+    requeued_t *due = pb_malloc((s->nagain ? s->nagain : 1) * sizeof *due);
+    size_t ndue = 0, kept = 0;
+    for (size_t i = 0; i < s->nagain; i++) {
+        if (s->again[i].due_ms <= now && *n + ndue < max)
+            due[ndue++] = s->again[i];
+        else
+            s->again[kept++] = s->again[i];
     }
-    return PB_OK;
+    s->nagain = kept;
+    pb_status_t st = PB_OK;
+    for (size_t k = 0; k < ndue; k++) {
+        char id[48];
+        format_id(due[k].id, id, sizeof id);
+        const char *name = s->streams[due[k].stream].name;
+        /* min-idle: not when another consumer claimed it meanwhile (its idle time is fresh) */
+        const char *claim[] = {"XCLAIM", name,  s->group, s->consumer, REQUEUE_MIN_IDLE,
+                               id,       "JUSTID"};
+        const char *range[] = {"XRANGE", name, id, id};
+        if (redisAppendCommandArgv(s->c, 7, claim, NULL) != REDIS_OK ||
+            redisAppendCommandArgv(s->c, 4, range, NULL) != REDIS_OK) {
+            free(due);
+            return lost(s, "XCLAIM", err);
+        }
+    }
+    size_t gone = 0;
+    for (size_t k = 0; k < ndue && st == PB_OK; k++) {
+        redisReply *claimed = NULL, *entry = NULL;
+        if (redisGetReply(s->c, (void **)&claimed) != REDIS_OK || !claimed ||
+            redisGetReply(s->c, (void **)&entry) != REDIS_OK || !entry) {
+            if (claimed)
+                freeReplyObject(claimed);
+            free(due);
+            return lost(s, "XCLAIM", err);
+        }
+        if (claimed->type == REDIS_REPLY_ERROR || entry->type == REDIS_REPLY_ERROR) {
+            const char *e = claimed->type == REDIS_REPLY_ERROR ? claimed->str : entry->str;
+            st = pb_fail(err, pb_redis_error_transient(e) ? PB_TRANSIENT : PB_FATAL,
+                         "redis at %s: claiming a requeued entry: %s", s->srv.where, e);
+        }
+        bool ours = claimed->type == REDIS_REPLY_ARRAY && claimed->elements == 1;
+        freeReplyObject(claimed);
+        keep_reply(s, entry);
+        size_t before = *n;
+        if (st == PB_OK && ours && entry->type == REDIS_REPLY_ARRAY)
+            take_entries(s, due[k].stream, entry, true, msgs, max, n);
+        if (*n > before) {
+            msgs[before].deliveries = due[k].deliveries;
+            find(s, msgs[before].tag)->deliveries = due[k].deliveries;
+        } else if (st == PB_OK) {
+            gone++;
+        }
+    }
+    free(due);
+    if (st == PB_TRANSIENT)
+        drop_connection(s);
+    if (gone)
+        log_warn(FAC, "%zu requeued entries are no longer in their stream or group (trimmed or "
+                      "claimed before they were acknowledged)", gone);
+    return st;
 }
 
 /* 2. this consumer's own pending entries after a (re)connect: XREADGROUP ... <id>. */
@@ -904,7 +940,8 @@ static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
         s->capagain = s->capagain ? s->capagain * 2 : 64;
         s->again = pb_realloc(s->again, s->capagain * sizeof *s->again);
     }
-    s->again[s->nagain++] = (requeued_t){o->stream, o->id};
+    s->again[s->nagain++] =
+        (requeued_t){o->stream, o->id, o->deliveries, pb_monotonic_ms() + REQUEUE_DELAY_MS};
     o->open = false;
     compact(s);
     return PB_OK;
