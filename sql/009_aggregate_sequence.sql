@@ -51,14 +51,21 @@ CREATE OR REPLACE VIEW postbox.outbox_all AS
            created_at, published_at, attempts, last_error, sequence
     FROM postbox.outbox_published;
 
--- Numbers every row written to the outbox, whoever writes it.
+-- Numbers every row written to the outbox, whoever writes it (the statement of next_sequence,
+-- inline: one function call per row less). Each event updates its aggregate's row once; a
+-- transaction writing many events of one aggregate makes a chain of row versions that each
+-- further update walks (20,000 events over 100 aggregates in one transaction: 2 to 4 times the
+-- time without numbering), so bulk loads are best split into transactions.
 CREATE FUNCTION postbox.assign_sequence() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    NEW.sequence := postbox.next_sequence(NEW.aggregate_type, NEW.aggregate_id);
+    INSERT INTO postbox.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence)
+    VALUES (NEW.aggregate_type, NEW.aggregate_id, 1)
+    ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = s.last_sequence + 1
+    RETURNING s.last_sequence INTO NEW.sequence;
     RETURN NEW;
 END
 $$;
