@@ -392,6 +392,12 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
         c.lanes[l].index = pb_malloc(cap * sizeof *c.lanes[l].index);
     }
     c.stats_at = pb_monotonic_ms();
+    if (strcmp(cfg->consume_source, "nats") == 0 && cfg->consume_gap_timeout > 0 &&
+        cfg->consume_gap_timeout <= cfg->nats_ack_wait)
+        log_warn(FAC, "consume.gap_timeout %lld ms is not above nats.ack_wait %lld ms: after a "
+                      "consumer crash, an aggregate's later messages may go on before the earlier "
+                      "ones are redelivered", (long long)cfg->consume_gap_timeout,
+                 (long long)cfg->nats_ack_wait);
     if (strcmp(cfg->consume_source, "amqp") == 0 && cfg->consume_max_held < cfg->amqp_prefetch)
         log_warn(FAC, "consume.max_held %lld is below amqp.prefetch %lld: at the bound RabbitMQ "
                       "redelivers what is given back at once, again and again",
