@@ -20,21 +20,12 @@ bool pb_status_redis_wanted(const pb_config_t *cfg)
 /* The stream names to report: redis.streams split at commas, else a SCAN of the prefix. */
 static size_t stream_names(redisContext *c, const pb_config_t *cfg, char **names, size_t max)
 {
-    size_t n = 0;
-    const char *p = cfg->redis_streams;
-    while (*p && n < max) {
-        size_t len = strcspn(p, ",");
-        const char *a = p, *b = p + len;
-        while (a < b && *a == ' ')
-            a++;
-        while (b > a && b[-1] == ' ')
-            b--;
-        if (b > a) {
-            names[n] = pb_malloc((size_t)(b - a) + 1);
-            memcpy(names[n], a, (size_t)(b - a));
-            names[n++][b - a] = '\0';
-        }
-        p += len + (p[len] == ',');
+    size_t n = 0, len;
+    const char *p = cfg->redis_streams, *item;
+    while (n < max && pb_list_next(&p, &item, &len)) {
+        names[n] = pb_malloc(len + 1);
+        memcpy(names[n], item, len);
+        names[n++][len] = '\0';
     }
     if (n || *cfg->redis_streams)
         return n;

@@ -360,3 +360,22 @@ bool pb_percent_decode(const char *s, size_t n, char **out)
     return true;
 }
 
+
+bool pb_list_next(const char **p, const char **item, size_t *len)
+{
+    while (**p) {
+        size_t n = strcspn(*p, ",");
+        const char *a = *p, *b = *p + n;
+        *p += n + ((*p)[n] == ',');
+        while (a < b && (*a == ' ' || *a == '\t'))
+            a++;
+        while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
+            b--;
+        if (b > a) {
+            *item = a;
+            *len = (size_t)(b - a);
+            return true;
+        }
+    }
+    return false;
+}

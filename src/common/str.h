@@ -45,6 +45,11 @@ size_t pb_utf8_prefix(const char *s, size_t n);
  * (newlines by a space, the rest by '?'), always NUL-terminated. Returns the length written. */
 size_t pb_text_copy(char *dst, size_t dstsz, const char *src);
 
+/* Steps through a comma-separated list (an option such as "a, b,,c"): the next item without
+ * its surrounding blanks into *item and *len, empty items skipped; *p advances past it. False at
+ * the end of the list. */
+bool pb_list_next(const char **p, const char **item, size_t *len);
+
 /* Percent-decodes s[0..n) (URL userinfo, host, path) into a new string (free it). False on a
  * malformed escape or an encoded NUL, which would silently cut the C string. */
 bool pb_percent_decode(const char *s, size_t n, char **out);

@@ -1004,23 +1004,15 @@ static const pb_source_ops_t redis_source_ops = {
 /* redis.streams split at commas, blanks trimmed. */
 static pb_status_t parse_streams(redis_source_t *s, const char *list, pb_error_t *err)
 {
-    const char *p = list;
-    while (*p) {
-        size_t len = strcspn(p, ",");
-        const char *a = p, *b = p + len;
-        while (a < b && (*a == ' ' || *a == '\t'))
-            a++;
-        while (b > a && (b[-1] == ' ' || b[-1] == '\t'))
-            b--;
-        if (b > a) {
-            s->streams = pb_realloc(s->streams, (s->nstreams + 1) * sizeof *s->streams);
-            stream_state_t *ss = &s->streams[s->nstreams++];
-            memset(ss, 0, sizeof *ss);
-            ss->name = pb_malloc((size_t)(b - a) + 1);
-            memcpy(ss->name, a, (size_t)(b - a));
-            ss->name[b - a] = '\0';
-        }
-        p += len + (p[len] == ',');
+    const char *item;
+    size_t len;
+    while (pb_list_next(&list, &item, &len)) {
+        s->streams = pb_realloc(s->streams, (s->nstreams + 1) * sizeof *s->streams);
+        stream_state_t *ss = &s->streams[s->nstreams++];
+        memset(ss, 0, sizeof *ss);
+        ss->name = pb_malloc(len + 1);
+        memcpy(ss->name, item, len);
+        ss->name[len] = '\0';
     }
     if (s->nstreams == 0)
         return pb_fail(err, PB_FATAL, "redis.streams is empty: name the streams to consume, "
