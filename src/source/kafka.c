@@ -368,12 +368,15 @@ static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t m
         return pb_fail(err, PB_TRANSIENT, "kafka: not connected");
     commit_acked(s, false);
     sample_lag(s);
+    /* the bodies of a batch stay within consume.batch_bytes (one message may exceed it alone) */
+    uint64_t bytes = 0, budget = (uint64_t)s->base.cfg->consume_batch_bytes;
     size_t k = 0;
-    for (; k < s->nagain && *n < max; k++) { /* requeued first */
+    for (; k < s->nagain && *n < max && !(*n && bytes >= budget); k++) { /* requeued first */
         kmsg_t *km = pb_kafka_offsets_lookup(s->offsets, s->again[k]);
         if (!km)
             continue; /* its partition was revoked meanwhile */
         msgs[*n] = km->msg;
+        bytes += km->msg.body_len;
         msgs[(*n)++].redelivered = true;
     }
     if (k > 0) { /* again is NULL until something was requeued */
@@ -386,7 +389,7 @@ static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t m
     }
     int64_t until = pb_monotonic_ms() + (*n ? batch_wait_ms : wait_ms);
     bool first = *n == 0;
-    while (*n < max) {
+    while (*n < max && !(*n && bytes >= budget)) {
         int64_t left = until - pb_monotonic_ms();
         rd_kafka_message_t *m = rd_kafka_consumer_poll(s->rk, left > 0 ? (int)left : 0);
         if (!m) {
@@ -414,7 +417,7 @@ static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t m
             continue;
         }
         if (take(s, m, &msgs[*n]))
-            (*n)++;
+            bytes += msgs[(*n)++].body_len;
         rd_kafka_message_destroy(m);
         if (first && *n) {
             first = false;
