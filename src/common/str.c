@@ -337,6 +337,14 @@ static int hexval(char c)
     return -1;
 }
 
+bool pb_has_control_char(const char *s)
+{
+    for (const unsigned char *u = (const unsigned char *)s; *u; u++)
+        if (*u < 0x20 || *u == 0x7f)
+            return true;
+    return false;
+}
+
 bool pb_percent_decode(const char *s, size_t n, char **out)
 {
     char *d = pb_malloc(n + 1);

@@ -50,6 +50,10 @@ size_t pb_text_copy(char *dst, size_t dstsz, const char *src);
  * the end of the list. */
 bool pb_list_next(const char **p, const char **item, size_t *len);
 
+/* Whether s holds an ASCII control character (U+0000..U+001F, U+007F): never valid in a URL,
+ * and a newline there would split it between lines of a message. */
+bool pb_has_control_char(const char *s);
+
 /* Percent-decodes s[0..n) (URL userinfo, host, path) into a new string (free it). False on a
  * malformed escape or an encoded NUL, which would silently cut the C string. */
 bool pb_percent_decode(const char *s, size_t n, char **out);

@@ -185,6 +185,17 @@ static void test_password_not_in_error(void **state)
     }
 }
 
+/* a control character in the URL (found by fuzz_url): refused, and the URL is not quoted */
+static void test_control_characters(void **state)
+{
+    (void)state;
+    pb_error_t err;
+    parse_bad("amqp://u:my\nsecret@host/", &err);
+    assert_non_null(strstr(err.msg, "control character"));
+    assert_null(strstr(err.msg, "secret"));
+    parse_bad("amqp://u:a\tb@host/", &err);
+}
+
 static void test_free_null(void **state)
 {
     (void)state;
@@ -197,6 +208,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_full_url),
+        cmocka_unit_test(test_control_characters),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_amqps_default_port),
         cmocka_unit_test(test_percent_decoding),

@@ -51,6 +51,9 @@ pb_status_t pb_amqp_url_parse(const char *url, pb_amqp_url_t *out, pb_error_t *e
     memset(out, 0, sizeof *out);
     if (!url || !*url)
         return pb_fail(err, PB_FATAL, "bad amqp url \"\": empty (" URL_USAGE ")");
+    if (pb_has_control_char(url)) /* not quoted: the redaction works line by line */
+        return pb_fail(err, PB_FATAL, "bad amqp url: it holds a control character such as a "
+                                      "newline or a tab (percent-encode it: %%0A, %%09)");
 
     pb_amqp_url_t u = {0};
     const char *p;
