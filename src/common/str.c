@@ -189,7 +189,10 @@ bool pb_parse_duration_ms(const char *s, double bare_unit_ms, int64_t *out)
         mult = 86400000;
     else
         return false;
-    *out = (int64_t)(v * mult + 0.5);
+    double ms = v * mult + 0.5;
+    if (!(ms < 9.2e18)) /* beyond int64 (or NaN, infinity): no duration anyone means */
+        return false;
+    *out = (int64_t)ms;
     return true;
 }
 

@@ -71,6 +71,13 @@ static void set_rejects_bad_values(void **state)
     assert_int_equal(pb_config_set(&cfg, "relay.batch_size", "0", PB_CFG_CLI, &err), PB_FATAL);
     assert_non_null(strstr(err.msg, "out of range"));
     assert_int_equal(pb_config_set(&cfg, "relay.poll_interval", "5 parsecs", PB_CFG_CLI, &err), PB_FATAL);
+    /* a duration beyond int64 milliseconds, NaN or infinity is refused, not cast (found by
+     * fuzz_config: undefined behaviour in the conversion) */
+    assert_int_equal(pb_config_set(&cfg, "relay.poll_interval", "2e82ms", PB_CFG_CLI, &err), PB_FATAL);
+    assert_int_equal(pb_config_set(&cfg, "relay.poll_interval", "9300000000000000000", PB_CFG_CLI, &err), PB_FATAL);
+    assert_int_equal(pb_config_set(&cfg, "relay.poll_interval", "nan", PB_CFG_CLI, &err), PB_FATAL);
+    assert_int_equal(pb_config_set(&cfg, "relay.poll_interval", "inf", PB_CFG_CLI, &err), PB_FATAL);
+    assert_int_equal(cfg.relay_poll_interval, 1000);
     assert_int_equal(pb_config_set(&cfg, "relay.sink", "carrier-pigeon", PB_CFG_CLI, &err), PB_FATAL);
     assert_non_null(strstr(err.msg, "is not one of"));
     assert_non_null(strstr(err.msg, "stdout"));
