@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "broker/kafka/conf.h"
 #include "config/config.h"
@@ -125,6 +127,47 @@ static void librdkafka_checks_every_property(void **state)
     pb_config_free(&cfg);
 }
 
+/* kafka.<property>_file: the property's value from a secret file, which must be private. */
+static void secret_properties_come_from_files(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/pb-test-kafka-secret.XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "FromFile5ecret\n", 15), 15);
+    close(fd);
+    assert_int_equal(chmod(path, 0600), 0);
+
+    pb_config_t cfg;
+    pb_error_t err;
+    pb_config_init(&cfg);
+    set_ok(&cfg, "kafka.sasl.password_file", path);
+    static const pb_kafka_forced_t forced[] = {{NULL, NULL}};
+    rd_kafka_t *rk = NULL;
+    assert_int_equal(pb_kafka_new(&cfg, PB_KAFKA_PRODUCER, forced, NULL, &rk, &err), PB_OK);
+    char value[64];
+    size_t size = sizeof value;
+    assert_int_equal(rd_kafka_conf_get(rd_kafka_conf(rk), "sasl.password", value, &size),
+                     RD_KAFKA_CONF_OK);
+    assert_string_equal(value, "FromFile5ecret");
+    rd_kafka_destroy(rk);
+
+    set_ok(&cfg, "kafka.sasl.password", "Inline5ecret"); /* both: which one is meant? */
+    assert_int_equal(make(&cfg, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "both set"));
+    assert_null(strstr(err.msg, "5ecret"));
+    pb_config_free(&cfg);
+
+    assert_int_equal(chmod(path, 0644), 0); /* readable by others: refused */
+    pb_config_init(&cfg);
+    set_ok(&cfg, "kafka.sasl.password_file", path);
+    assert_int_equal(make(&cfg, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "kafka.sasl.password_file"));
+    assert_null(strstr(err.msg, "5ecret"));
+    pb_config_free(&cfg);
+    unlink(path);
+}
+
 static void errors_are_classified(void **state)
 {
     (void)state;
@@ -187,6 +230,7 @@ int main(void)
         cmocka_unit_test(properties_are_kept_in_order),
         cmocka_unit_test(secrets_are_redacted),
         cmocka_unit_test(librdkafka_checks_every_property),
+        cmocka_unit_test(secret_properties_come_from_files),
         cmocka_unit_test(errors_are_classified),
         cmocka_unit_test(sink_checks_topics),
     };

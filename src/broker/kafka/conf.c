@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "common/log.h"
+#include "common/secret_file.h"
 
 #define FAC "kafka"
 
@@ -34,6 +35,29 @@ static pb_status_t set(rd_kafka_conf_t *conf, const char *name, const char *valu
         return pb_fail(err, PB_FATAL, "kafka.%s: librdkafka has no such property (see its "
                                       "CONFIGURATION.md): %s", name, errstr);
     return pb_fail(err, PB_FATAL, "kafka.%s: invalid value: %s", name, errstr);
+}
+
+/* Sets a property of the user's. kafka.<property>_file = PATH sets <property> to the first line
+ * of PATH (a secret file, e.g. kafka.sasl.password_file), so the secret stays out of the
+ * configuration; no librdkafka property ends in "_file". */
+static pb_status_t set_user_property(const pb_config_t *cfg, rd_kafka_conf_t *conf,
+                                     const char *name, const char *value, pb_error_t *err)
+{
+    size_t len = strlen(name);
+    if (len <= 5 || strcmp(name + len - 5, "_file") != 0)
+        return set(conf, name, value, err);
+    char prop[256], option[300];
+    snprintf(prop, sizeof prop, "%.*s", (int)(len - 5), name);
+    snprintf(option, sizeof option, "kafka.%s", name);
+    for (size_t i = 0; i < cfg->n_kafka_props; i++)
+        if (strcmp(cfg->kafka_prop_keys[i], prop) == 0)
+            return pb_fail(err, PB_FATAL, "kafka.%s and %s are both set: give one", prop, option);
+    char secret[4096];
+    pb_status_t st = pb_read_secret_file(option, value, secret, sizeof secret, err);
+    if (st == PB_OK)
+        st = set(conf, prop, secret, err);
+    explicit_bzero(secret, sizeof secret);
+    return st;
 }
 
 /* Whether the user's value of a forced property says the same (librdkafka reads true/false
@@ -82,7 +106,7 @@ pb_status_t pb_kafka_new(const pb_config_t *cfg, pb_kafka_role_t role,
                              role == PB_KAFKA_PRODUCER ? "kafka sink" : "kafka source", name,
                              f->value);
         if (st == PB_OK)
-            st = set(conf, name, value, err);
+            st = set_user_property(cfg, conf, name, value, err);
     }
     for (const pb_kafka_forced_t *f = forced; st == PB_OK && f && f->name; f++)
         st = set(conf, f->name, f->value, err);
