@@ -11,7 +11,8 @@
  *   2. after a (re)connect, this consumer's own pending entries (XREADGROUP ... 0): delivered
  *      before the connection was lost and never acknowledged;
  *   3. entries pending on other consumers of the group (dead ones) for longer than
- *      redis.claim_idle (XAUTOCLAIM, a cursor per stream, a full pass every claim_idle / 2);
+ *      redis.claim_idle, oldest first (XPENDING ... IDLE over the whole pending list, then
+ *      XCLAIM), looked for again every claim_idle / 2 while there are none;
  *      an entry of 2. or 3. is handed out alone, in a batch of one, with its delivery count
  *      (XPENDING), so that an entry that kills its consumers is dead-lettered by the inbox after
  *      consume.max_attempts deliveries without taking other entries with it;
@@ -24,10 +25,11 @@
  * meanwhile.
  *
  * A consumer of the group that holds nothing and has been silent for 10 x redis.claim_idle is
- * removed from the group after a claim pass (every restarted process has a new name).
+ * removed from the group when a look for idle entries finds none (every restarted process has a
+ * new name).
  *
  * An entry trimmed from its stream (MAXLEN/MINID) while pending cannot be delivered again:
- * XAUTOCLAIM and XCLAIM drop it from the group's pending list, and that is logged as a warning.
+ * XCLAIM drops it from the group's pending list (Redis 7), and that is logged as a warning.
  *
  * pb_message_t: message_id = the entry's event_id field (or consume.message_id_header), type =
  * event_type, aggregate_type, aggregate_id, sequence = PB_SEQUENCE_HEADER, body = payload, headers = the
@@ -62,6 +64,7 @@
 
 #define FAC "source.redis"
 #define MIN_CLAIM_PASS_MS 1000
+#define CLAIM_LOOKAHEAD 16 /* idle pending entries looked at per claim, beyond our requeued ones */
 #define IDS_PER_COMMAND 500 /* entry ids per XACK / XCLAIM */
 #define REQUEUE_DELAY_MS 1000 /* a requeued entry comes again after this (consume.max_held) */
 #define REQUEUE_MIN_IDLE "500" /* ms, below REQUEUE_DELAY_MS */
@@ -92,8 +95,7 @@ typedef struct stream_state {
     char *name;
     bool history;         /* this consumer's own pending entries are still to be read */
     entry_id_t history_from;
-    char claim_cursor[48]; /* XAUTOCLAIM cursor; "0-0" starts a pass */
-    int64_t claim_due_ms;  /* next XAUTOCLAIM call */
+    int64_t claim_due_ms; /* next look for entries idle on other consumers */
 } stream_state_t;
 
 typedef struct redis_source {
@@ -178,7 +180,7 @@ static outstanding_t *find(redis_source_t *s, uint64_t tag)
     return o->open ? o : NULL;
 }
 
-/* Whether the entry is handed out already or requeued (an XAUTOCLAIM may return one of our
+/* Whether the entry is handed out already or requeued (XPENDING ... IDLE may list one of our
  * own). */
 static bool is_outstanding(const redis_source_t *s, uint32_t stream, entry_id_t id)
 {
@@ -229,7 +231,6 @@ static void forget_all(redis_source_t *s)
     for (size_t i = 0; i < s->nstreams; i++) {
         s->streams[i].history = true;
         s->streams[i].history_from = (entry_id_t){0, 0};
-        snprintf(s->streams[i].claim_cursor, sizeof s->streams[i].claim_cursor, "0-0");
         s->streams[i].claim_due_ms = 0;
     }
 }
@@ -663,7 +664,38 @@ static pb_status_t prune_consumers(redis_source_t *s, const stream_state_t *ss, 
     return PB_OK;
 }
 
-/* 3. entries idle on other (dead) consumers for longer than redis.claim_idle: XAUTOCLAIM. */
+/* XCLAIM of one entry of stream si found idle on another consumer, with the same min-idle (not
+ * when that consumer acknowledged or touched it meanwhile). Takes it into *m (true) unless it is
+ * gone: trimmed from the stream (Redis then drops it from the pending list) or taken meanwhile. */
+static pb_status_t claim_one(redis_source_t *s, uint32_t si, const char *id, const char *from,
+                             pb_message_t *m, bool *taken, pb_error_t *err)
+{
+    char idle[24];
+    snprintf(idle, sizeof idle, "%lld", (long long)s->base.cfg->redis_claim_idle);
+    const char *argv[] = {"XCLAIM", s->streams[si].name, s->group, s->consumer, idle, id};
+    redisReply *r = NULL;
+    pb_status_t st = run(s, "XCLAIM", 6, argv, &r, err);
+    if (st != PB_OK)
+        return st;
+    keep_reply(s, r);
+    *taken = r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+             take_entry(s, si, r->element[0], true, m);
+    if (!*taken)
+        log_warn(FAC, "entry %s of stream \"%s\", idle on consumer \"%s\", could not be claimed: "
+                      "deleted (trimmed) from the stream before it was acknowledged, or taken by "
+                      "another consumer meanwhile", id, s->streams[si].name, from);
+    return PB_OK;
+}
+
+/* 3. an entry idle on another (dead) consumer for longer than redis.claim_idle: the first such
+ * in id order, found with XPENDING ... IDLE (the server looks through the whole pending list),
+ * then claimed (claim_one). Not XAUTOCLAIM: with COUNT 1 it looks at only 10 pending entries a
+ * call, so behind a long list of entries this consumer holds back (the later ones of aggregates
+ * waiting for the dead consumer's entries) a pass took minutes, and consume.gap_timeout let
+ * those aggregates go on without the missing entries, which then came as "duplicates". When
+ * nothing is idle elsewhere, the next look is claim_idle / 2 later, after a prune of the dead
+ * consumers. At most one entry per stream is taken (src_receive asks for one: handed out
+ * alone). */
 static pb_status_t take_claimed(redis_source_t *s, pb_message_t *msgs, size_t max, size_t *n,
                                 pb_error_t *err)
 {
@@ -673,50 +705,48 @@ static pb_status_t take_claimed(redis_source_t *s, pb_message_t *msgs, size_t ma
         stream_state_t *ss = &s->streams[si];
         if (now < ss->claim_due_ms)
             continue;
+        /* ours come too when idle (requeued ones wait untouched): room for them */
         char idle[24], count[24];
         snprintf(idle, sizeof idle, "%lld", (long long)cfg->redis_claim_idle);
-        snprintf(count, sizeof count, "%zu", max - *n);
-        const char *argv[] = {"XAUTOCLAIM", ss->name, s->group, s->consumer, idle,
-                              ss->claim_cursor, "COUNT", count};
+        snprintf(count, sizeof count, "%zu", s->nagain + CLAIM_LOOKAHEAD);
+        const char *argv[] = {"XPENDING", ss->name, s->group, "IDLE", idle, "-", "+", count};
         redisReply *r = NULL;
-        pb_status_t st = run(s, "XAUTOCLAIM", 8, argv, &r, err);
+        pb_status_t st = run(s, "XPENDING IDLE", 8, argv, &r, err);
         if (st != PB_OK)
             return st;
         keep_reply(s, r);
-        if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
-            r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_ARRAY)
-            return pb_fail(err, PB_FATAL, "redis at %s: unexpected XAUTOCLAIM reply", s->srv.where);
-        snprintf(ss->claim_cursor, sizeof ss->claim_cursor, "%s", r->element[0]->str);
-        const redisReply *entries = r->element[1];
+        if (r->type != REDIS_REPLY_ARRAY)
+            return pb_fail(err, PB_FATAL, "redis at %s: unexpected XPENDING reply", s->srv.where);
         size_t before = *n;
-        for (size_t k = 0; k < entries->elements && *n < max; k++) {
-            const redisReply *e = entries->element[k];
+        const char *from = NULL;
+        for (size_t k = 0; k < r->elements && *n == before; k++) {
+            const redisReply *e = r->element[k]; /* [id, consumer, idle ms, deliveries] */
             entry_id_t id;
-            if (e->type == REDIS_REPLY_ARRAY && e->elements >= 1 &&
-                e->element[0]->type == REDIS_REPLY_STRING && parse_id(e->element[0]->str, &id) &&
-                is_outstanding(s, (uint32_t)si, id))
-                continue; /* one of ours, held back by the consumer: its idle time is reset */
-            if (take_entry(s, (uint32_t)si, e, true, &msgs[*n]))
-                (*n)++;
+            if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+                e->element[0]->type != REDIS_REPLY_STRING || !parse_id(e->element[0]->str, &id) ||
+                e->element[1]->type != REDIS_REPLY_STRING || is_outstanding(s, (uint32_t)si, id))
+                continue; /* one of ours, held back or requeued */
+            bool taken = false;
+            from = e->element[1]->str;
+            if ((st = claim_one(s, (uint32_t)si, e->element[0]->str, from, &msgs[*n], &taken,
+                                err)) != PB_OK)
+                return st;
+            *n += taken;
         }
-        if ((st = fill_deliveries(s, (uint32_t)si, msgs, before, *n, err)) != PB_OK)
-            return st;
-        for (size_t k = before; k < *n; k++)
-            log_info(FAC, "claimed entry %s of stream \"%s\" (message %s, delivered %d times), "
-                          "idle for more than %lld ms on another consumer of group \"%s\"",
-                     claimed_id(s, &msgs[k]), ss->name,
-                     msgs[k].message_id ? msgs[k].message_id : "without id", msgs[k].deliveries,
-                     (long long)cfg->redis_claim_idle, s->group);
-        if (r->elements >= 3 && r->element[2]->type == REDIS_REPLY_ARRAY && r->element[2]->elements)
-            log_warn(FAC, "%zu pending entries of stream \"%s\" were deleted (trimmed) before "
-                          "they were acknowledged: they cannot be delivered again",
-                     r->element[2]->elements, ss->name);
-        if (strcmp(ss->claim_cursor, "0-0") == 0) { /* a pass is complete */
+        if (*n == before) { /* nothing idle elsewhere */
             int64_t pass = cfg->redis_claim_idle / 2;
             ss->claim_due_ms = now + (pass < MIN_CLAIM_PASS_MS ? MIN_CLAIM_PASS_MS : pass);
             if ((st = prune_consumers(s, ss, err)) != PB_OK)
                 return st;
+            continue;
         }
+        if ((st = fill_deliveries(s, (uint32_t)si, msgs, before, *n, err)) != PB_OK)
+            return st;
+        log_info(FAC, "claimed entry %s of stream \"%s\" (message %s, delivered %d times), idle "
+                      "for more than %lld ms on consumer \"%s\" of group \"%s\"",
+                 claimed_id(s, &msgs[before]), ss->name,
+                 msgs[before].message_id ? msgs[before].message_id : "without id",
+                 msgs[before].deliveries, (long long)cfg->redis_claim_idle, from, s->group);
     }
     return PB_OK;
 }
@@ -761,8 +791,8 @@ static pb_status_t take_new(redis_source_t *s, int64_t block_ms, pb_message_t *m
     return PB_OK;
 }
 
-/* Resets the idle time of entries the consumer core holds back, before another consumer's
- * XAUTOCLAIM would take them: XCLAIM ... JUSTID (the delivery count stays). */
+/* Resets the idle time of entries the consumer core holds back, before another consumer would
+ * claim them (after redis.claim_idle): XCLAIM ... JUSTID (the delivery count stays). */
 static pb_status_t touch_held(redis_source_t *s, pb_error_t *err)
 {
     int64_t now = pb_monotonic_ms(), every = s->base.cfg->redis_claim_idle / 3;

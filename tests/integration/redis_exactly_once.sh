@@ -21,7 +21,8 @@ own_redis() { POSTBOX_SERVICES_DIR=$E2E_DIR POSTBOX_REDIS_PORT=$POSTBOX_REDIS_PO
 own_redis stop >/dev/null 2>&1 || true
 rm -rf "$E2E_DIR"
 own_redis start >/dev/null || fail "cannot start our own redis-server on port $POSTBOX_REDIS_PORT"
-on_exit 'own_redis stop >/dev/null 2>&1; rm -rf "$E2E_DIR"'
+# with PB_KEEP_TMP=1 the server's data (append-only file) and log stay in $PB_TMP/redis-svc
+on_exit 'own_redis stop >/dev/null 2>&1; [[ ${PB_KEEP_TMP:-0} != 1 ]] || cp -a "$E2E_DIR" "$PB_TMP/redis-svc"; rm -rf "$E2E_DIR"'
 export POSTBOX_REDIS_URL=redis://127.0.0.1:$POSTBOX_REDIS_PORT/0
 source "$(dirname "$0")/redis_lib.sh"
 [[ $(redis_cli CONFIG GET appendonly | tail -1) == yes ]] || fail "our redis-server runs without appendonly"
