@@ -680,10 +680,17 @@ static pb_status_t claim_one(redis_source_t *s, uint32_t si, const char *id, con
     keep_reply(s, r);
     *taken = r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
              take_entry(s, si, r->element[0], true, m);
-    if (!*taken)
-        log_warn(FAC, "entry %s of stream \"%s\", idle on consumer \"%s\", could not be claimed: "
-                      "deleted (trimmed) from the stream before it was acknowledged, or taken by "
-                      "another consumer meanwhile", id, s->streams[si].name, from);
+    if (*taken)
+        return PB_OK;
+    log_warn(FAC, "entry %s of stream \"%s\", idle on consumer \"%s\", could not be claimed: "
+                  "deleted (trimmed) from the stream before it was acknowledged, or taken by "
+                  "another consumer meanwhile", id, s->streams[si].name, from);
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+        r->element[0]->type == REDIS_REPLY_NIL) {
+        /* Redis 6.2 claims a deleted entry (nil) and keeps it pending; 7 drops it at once */
+        const char *ack[] = {"XACK", s->streams[si].name, s->group, id};
+        return run(s, "XACK", 4, ack, NULL, err);
+    }
     return PB_OK;
 }
 

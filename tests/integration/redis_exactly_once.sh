@@ -50,6 +50,30 @@ group_backlog() {
     [[ -n $lag ]] || { echo -1; return; }
     echo $(($(group_pending) + lag))
 }
+gave_up_lines() { grep -c 'gave up waiting for sequence' "$CONSUMER_LOG" || true; }
+
+# On a failure: where the committed events without an inbox row are (in the stream? pending, on
+# which consumer?), what the consumers logged about them, and the group's consumers.
+diagnose_missing() {
+    local f=$PB_TMP/missing.txt dump=$PB_TMP/stream.txt id ev
+    psql_q "SELECT o.id, o.event_id, o.aggregate_id, o.sequence FROM postbox.outbox_all o
+              WHERE NOT EXISTS (SELECT 1 FROM postbox.inbox i WHERE i.message_id = o.event_id::text)
+              ORDER BY o.id" >"$f" 2>/dev/null || return 0
+    [[ -s $f ]] || return 0
+    printf -- '---- %d committed events without an inbox row, outbox ids %s..%s (all in %s) ----\n' \
+        "$(wc -l <"$f")" "$(head -1 "$f" | cut -d'|' -f1)" "$(tail -1 "$f" | cut -d'|' -f1)" "$f" >&2
+    redis_cli --raw XRANGE "$STREAM" - + >"$dump" 2>/dev/null || true
+    head -3 "$f" | while IFS='|' read -r id ev _; do
+        printf 'outbox id %s, event %s: %s cop(y/ies) in the stream; log lines:\n' "$id" "$ev" \
+            "$(grep -c "^$ev\$" "$dump" || true)" >&2
+        grep -h "$ev" "$CONSUMER_LOG" "$PB_RELAY_LOG" | cut -c1-240 | head -4 >&2
+    done
+    printf 'consumer log: %s "gave up waiting for sequence" lines (consume.gap_timeout), %s claims\n' \
+        "$(gave_up_lines)" "$(grep -c 'claimed entry .* of stream' "$CONSUMER_LOG" || true)" >&2
+    grep -h 'gave up waiting for sequence' "$CONSUMER_LOG" | cut -c1-200 | head -3 >&2
+    printf 'group: pending %s; consumers:\n' "$(group_pending)" >&2
+    redis_cli XINFO CONSUMERS "$STREAM" "$GROUP" 2>&1 | paste - - - - - - | head -20 >&2
+}
 sleep_ms() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
 dup_lines() { grep -c 'duplicate message' "$CONSUMER_LOG" || true; }
 
@@ -133,7 +157,7 @@ say "producers done after $(($(date +%s) - t_start)) s: $total committed events;
 
 wait_until '(( $(pending_count) == 0 ))' 120 || fail "still $(pending_count) events pending 120 s after the producers finished"
 wait_until '(( $(inbox_count) >= total ))' 120 ||
-    { tail -n 20 "$CONSUMER_LOG" >&2; fail "only $(inbox_count) of $total events in the inbox 120 s after the producers finished"; }
+    { tail -n 20 "$CONSUMER_LOG" >&2; diagnose_missing; fail "only $(inbox_count) of $total events in the inbox 120 s after the producers finished"; }
 wait_until '[[ $(group_backlog) == 0 ]]' 60 || fail "the group still has $(group_backlog) entries pending or undelivered ($(group_pending) pending)"
 stop_relay
 ((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"
@@ -163,7 +187,11 @@ say "duplicates absorbed by the inbox: $dups; entries claimed from dead consumer
 ((rolled == 0)) || fail "events of rolled-back producer transactions are in the outbox"
 ((off == 0)) || fail "$off account balance(s) differ from the sum of their committed events (sum $sum_actual, expected $sum_expected)"
 ((sum_actual == sum_expected)) || fail "total balance $sum_actual, expected $sum_expected"
-((missing == 0)) || fail "$missing committed event(s) never took effect"
+((missing == 0)) || { diagnose_missing; fail "$missing committed event(s) never took effect"; }
+# the consumer claims a killed consumer's entries within seconds: no aggregate may wait out
+# consume.gap_timeout (1 min) and go on without its missing entries (which then came too late)
+gave_up=$(gave_up_lines)
+((gave_up == 0)) || { diagnose_missing; fail "$gave_up aggregate(s) gave up waiting for a missing entry (consume.gap_timeout)"; }
 ((unknown == 0)) || fail "$unknown inbox row(s) for events that were never committed"
 ((rows == total && processed == total)) || fail "inbox: $rows rows ($processed processed), expected $total"
 ((in_stream >= total)) || fail "the stream holds $in_stream entries for $total events"
