@@ -15,7 +15,7 @@ source "$(dirname "$0")/redis_lib.sh"
 for _v in $(compgen -v POSTBOX_CONSUME_ || true); do unset "$_v"; done
 STREAM=pb:$PB_TEST:acct GROUP=postbox_claim-test
 export POSTBOX_CONSUME_SOURCE=redis POSTBOX_CONSUME_CONSUMER=claim-test POSTBOX_REDIS_STREAMS=$STREAM
-export POSTBOX_REDIS_CLAIM_IDLE=2s POSTBOX_CONSUME_GAP_TIMEOUT=15s POSTBOX_CONSUME_BATCH_SIZE=200
+export POSTBOX_REDIS_CLAIM_IDLE=3s POSTBOX_CONSUME_GAP_TIMEOUT=15s POSTBOX_CONSUME_BATCH_SIZE=200
 export POSTBOX_CONSUME_RECONNECT_CAP=1s
 N_AGG=200 LATER=10
 TOTAL=$((N_AGG * (LATER + 1)))
@@ -46,6 +46,11 @@ say "consumer A killed in its handler with $on_a entries pending"
 ((on_a == N_AGG)) || fail "consumer A holds $on_a entries, expected $N_AGG"
 
 xadd_seq 2 $((LATER + 1))
+# A died just now: its entries' idle time starts from zero as B starts (touched as A would,
+# XCLAIM ... JUSTID), however long the kill took
+a_name=$(redis_cli XPENDING "$STREAM" "$GROUP" | sed -n 4p)
+redis_cli XCLAIM "$STREAM" "$GROUP" "$a_name" 0 $(redis_cli XPENDING "$STREAM" "$GROUP" - + "$N_AGG" | awk 'NR % 4 == 1') JUSTID >/dev/null ||
+    fail "XCLAIM of consumer A's entries failed"
 t0=$(date +%s%N)
 start_consumer --set "handlers.first.v1=$DONE_SQL" --set "handlers.later.v1=$DONE_SQL"
 gave_up() { grep -q 'gave up waiting for sequence' "$CONSUMER_LOG"; }

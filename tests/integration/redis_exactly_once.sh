@@ -66,13 +66,13 @@ diagnose_missing() {
     head -3 "$f" | while IFS='|' read -r id ev _; do
         printf 'outbox id %s, event %s: %s cop(y/ies) in the stream; log lines:\n' "$id" "$ev" \
             "$(grep -c "^$ev\$" "$dump" || true)" >&2
-        grep -h "$ev" "$CONSUMER_LOG" "$PB_RELAY_LOG" | cut -c1-240 | head -4 >&2
+        grep -h "$ev" "$CONSUMER_LOG" "$PB_RELAY_LOG" | cut -c1-240 | head -4 >&2 || true
     done
     printf 'consumer log: %s "gave up waiting for sequence" lines (consume.gap_timeout), %s claims\n' \
         "$(gave_up_lines)" "$(grep -c 'claimed entry .* of stream' "$CONSUMER_LOG" || true)" >&2
-    grep -h 'gave up waiting for sequence' "$CONSUMER_LOG" | cut -c1-200 | head -3 >&2
+    grep -h 'gave up waiting for sequence' "$CONSUMER_LOG" | cut -c1-200 | head -3 >&2 || true
     printf 'group: pending %s; consumers:\n' "$(group_pending)" >&2
-    redis_cli XINFO CONSUMERS "$STREAM" "$GROUP" 2>&1 | paste - - - - - - | head -20 >&2
+    redis_cli XINFO CONSUMERS "$STREAM" "$GROUP" 2>&1 | paste - - - - - - | head -20 >&2 || true
 }
 sleep_ms() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
 dup_lines() { grep -c 'duplicate message' "$CONSUMER_LOG" || true; }
