@@ -14,6 +14,11 @@
 # relay's republished copies). Finally the group is destroyed and created again: the whole stream
 # comes back, every entry is a duplicate for the inbox and no balance changes.
 source "$(dirname "$0")/lib.sh"
+# A command that fails outside fail() (psql while PostgreSQL refuses a connection, say) ends the
+# test through set -e without a word: name it (only where set -e makes it end the test: in the
+# test's own shell, not in the exit handler).
+set -E
+trap '_pb_err=$?; [[ $- != *e* ]] || ((BASH_SUBSHELL)) || printf "[%s] FAIL: line %s: \"%s\" exited with status %s\n" "$PB_TEST" "$LINENO" "$BASH_COMMAND" "$_pb_err" >&2' ERR
 
 # our own redis-server; the shared one is never stopped
 E2E_DIR=/tmp/pb-redis-e2e-svc POSTBOX_REDIS_PORT=${PB_E2E_REDIS_PORT:-26391}
