@@ -398,6 +398,13 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
                       "consumer crash, an aggregate's later messages may go on before the earlier "
                       "ones are redelivered", (long long)cfg->consume_gap_timeout,
                  (long long)cfg->nats_ack_wait);
+    if (strcmp(cfg->consume_source, "redis") == 0 && cfg->consume_gap_timeout > 0 &&
+        cfg->consume_gap_timeout <= cfg->redis_claim_idle)
+        log_warn(FAC, "consume.gap_timeout %lld ms is not above redis.claim_idle %lld ms: after a "
+                      "consumer crash, an aggregate's later entries go on before the dead "
+                      "consumer's entries are claimed, and those then count as handled without "
+                      "their effect", (long long)cfg->consume_gap_timeout,
+                 (long long)cfg->redis_claim_idle);
     if (strcmp(cfg->consume_source, "amqp") == 0 && cfg->consume_max_held < cfg->amqp_prefetch)
         log_warn(FAC, "consume.max_held %lld is below amqp.prefetch %lld: at the bound RabbitMQ "
                       "redelivers what is given back at once, again and again",

@@ -8,7 +8,8 @@
 # entries come late as "duplicates" whose effect never happens (XAUTOCLAIM COUNT 1 looks at only
 # 10 pending entries per call: its pass over B's held entries took about two minutes).
 # Checked: every entry handled exactly once and in order per aggregate, no gap given up, A's
-# entries claimed, nothing left pending in the group.
+# entries claimed, nothing left pending in the group. Then: redis.claim_idle at or above
+# consume.gap_timeout is warned about at start.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/redis_lib.sh"
 
@@ -79,3 +80,10 @@ say "inbox: $inbox processed; dead $dead; entries taken as already handled: $lat
 ((inbox == TOTAL)) || fail "inbox: $inbox processed, expected $TOTAL"
 ((dead == 0)) || fail "$dead entries dead-lettered"
 ((claims == N_AGG)) || fail "$claims entries claimed from consumer A, expected $N_AGG"
+
+# a claim idle time at or above the gap timeout is warned about at start
+: >"$CONSUMER_LOG"
+start_consumer --set redis.claim_idle=1m --set consume.gap_timeout=30s --set "handlers.first.v1=$DONE_SQL" --set "handlers.later.v1=$DONE_SQL"
+wait_until 'grep -q "consume.gap_timeout 30000 ms is not above redis.claim_idle 60000 ms" "$CONSUMER_LOG"' 10 ||
+    { tail -n 5 "$CONSUMER_LOG" >&2; fail "no warning for redis.claim_idle 1m with consume.gap_timeout 30s"; }
+stop_consumer
