@@ -24,8 +24,8 @@ typedef struct pb_capture pb_capture_t;
 typedef struct pb_capture_batch {
     pb_event_t *events;    /* the driver may change attempts (in-place retries) */
     size_t n;
-    /* claimed while the batch before it was still unsettled: the driver holds its events back
-     * behind that batch's failures (holdback.h); false when every earlier outcome is committed */
+    /* claimed while the batches before it were still unsettled: the driver holds its events
+     * back behind their failures (holdback.h); false when every earlier outcome is committed */
     bool behind_unsettled;
 } pb_capture_batch_t;
 

@@ -1,14 +1,18 @@
-/* The poll capture: batches claimed from postbox.outbox (store/outbox.h) on one PostgreSQL
- * connection, woken by LISTEN/NOTIFY.
+/* The poll capture: batches claimed from postbox.outbox (store/outbox.h), woken by
+ * LISTEN/NOTIFY, on two PostgreSQL connections: one claims (it holds the shard locks and
+ * listens), the other settles.
  *
- * While the broker confirms batch k, the connection (in pipeline mode) carries, in one round
- * trip, the settle of batch k-1 and the claim of batch k+1; their results are read once batch k
- * is confirmed. The claim of k+1 names the ids of batch k, which it must not take again; its
- * events are checked against batch k's failures by the driver (holdback.h). The claim takes no
- * row locks, and no thread is started: the database work hides behind the broker's confirm
- * latency. The settle of k-1 (and what the claim of k+1 parked or woke) commits with the next
- * round trip, so a relay that dies marks nothing after its death. A crash anywhere leaves
- * unsettled rows pending, to be published again (at least once).
+ * While the broker confirms batch k, the settle of batch k-1 and the claim of batch k+1 run at
+ * the same time, one on each connection (pipeline mode, a round trip each); their results are
+ * read once batch k is confirmed. Neither waits for the other on the server, and no thread is
+ * started: the database work hides behind the broker's confirm latency, on two backends. The
+ * claim of k+1 names the ids of batches k and k-1, which it must not take again, and cannot see
+ * the outcomes of either: its events are checked against their failures by the driver
+ * (holdback.h). The claim takes no row locks. A settle's COMMIT is sent only once its statements
+ * have run and the relay has read their results, and the next claim is sent once that COMMIT
+ * is done: a relay that dies while its settle runs commits nothing (the server rolls it back),
+ * and every claim sees the outcomes of all but the settle running beside it. A crash anywhere
+ * leaves unsettled rows pending, to be published again (at least once).
  *
  * Three batch records rotate: `settling` (outcomes built, to be written), `cur` (handed to the
  * driver) and `ahead` (claimed while cur is published). */
@@ -31,20 +35,23 @@
 
 typedef struct poll_capture {
     pb_capture_t base;
-    PGconn *conn;
+    PGconn *conn;        /* claims; holds the shard locks and LISTENs */
+    PGconn *settle_conn; /* settles */
     pb_outbox_t obs[3];
     pb_outbox_t *settling, *cur, *ahead;
     bool settle_pending; /* settling holds outcomes not yet sent */
-    bool txn_open;       /* a settle's transaction waits for the COMMIT of the next round trip */
-    bool queued;         /* a round trip is queued, its results not read yet: */
-    bool q_commit_before, q_settle, q_claim, q_commit_after; /* what it holds */
+    bool settle_queued;  /* the settle of settling is sent, its results not read yet */
+    bool commit_queued;  /* the settle's COMMIT is sent, its result not read yet */
+    bool claim_queued;   /* the claim of ahead is sent, its results not read yet */
     bool ahead_ready;    /* ahead holds a claimed batch */
     bool cur_out;        /* cur is with the driver until settle */
     pb_shards_t shards;  /* owned through advisory locks held by conn's session */
     int64_t next_balance;
-    int64_t *in_flight_ids;
-    size_t cap_in_flight;
-    pb_buf_t in_flight; /* cur's ids, for the claim of ahead */
+    int64_t *settling_ids; /* the ids of the batch in settling */
+    size_t n_settling_ids;
+    int64_t *in_flight_ids; /* room for the ids of cur and settling */
+    size_t cap_in_flight;   /* of both arrays */
+    pb_buf_t in_flight;     /* their multirange, for the claim of ahead */
 } poll_capture_t;
 
 static const pb_capture_ops_t poll_ops;
@@ -53,7 +60,8 @@ static void reset_batches(poll_capture_t *p)
 {
     for (int i = 0; i < 3; i++)
         pb_outbox_release_batch(&p->obs[i]);
-    p->settle_pending = p->txn_open = p->queued = p->ahead_ready = p->cur_out = false;
+    p->settle_pending = p->settle_queued = p->commit_queued = p->claim_queued = false;
+    p->ahead_ready = p->cur_out = false;
 }
 
 static void poll_disconnect(pb_capture_t *cap)
@@ -61,7 +69,8 @@ static void poll_disconnect(pb_capture_t *cap)
     poll_capture_t *p = (poll_capture_t *)cap;
     reset_batches(p);
     PQfinish(p->conn);
-    p->conn = NULL;
+    PQfinish(p->settle_conn);
+    p->conn = p->settle_conn = NULL;
     for (int i = 0; i < 3; i++)
         p->obs[i].conn = NULL;
     pb_shards_reset(&p->shards);
@@ -79,22 +88,33 @@ static pb_status_t balance_shards(poll_capture_t *p, bool may_release, bool *cha
     return pb_shards_balance(&p->shards, conns, 1, may_release, changed, err);
 }
 
+/* Prepares the statements on conn, and has a statement still running when its relay dies (a
+ * settle waiting for a lock) cancelled within a second instead of holding its locks until it
+ * ends (PostgreSQL 14). */
+static pb_status_t prepare_conn(poll_capture_t *p, PGconn *conn, pb_error_t *err)
+{
+    p->obs[0].conn = conn;
+    pb_status_t st = pb_outbox_prepare(&p->obs[0], err);
+    if (st == PB_FATAL && pb_error_schema_missing(err))
+        pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
+    if (st == PB_OK)
+        st = pb_pg_exec(conn, "SET client_connection_check_interval = '1s'", err);
+    return st;
+}
+
 static pb_status_t poll_connect(pb_capture_t *cap, pb_error_t *err)
 {
     poll_capture_t *p = (poll_capture_t *)cap;
     const pb_config_t *cfg = cap->cfg;
     pb_status_t st = pb_pg_connect_retry(cfg->postgres_dsn, cfg->relay_reconnect_cap, cap->stop,
                                          &p->conn, err);
-    if (st != PB_OK)
-        return st;
+    if (st == PB_OK)
+        st = pb_pg_connect_retry(cfg->postgres_dsn, cfg->relay_reconnect_cap, cap->stop,
+                                 &p->settle_conn, err);
+    if (st == PB_OK && (st = prepare_conn(p, p->conn, err)) == PB_OK)
+        st = prepare_conn(p, p->settle_conn, err);
     for (int i = 0; i < 3; i++)
         p->obs[i].conn = p->conn;
-    if ((st = pb_outbox_prepare(&p->obs[0], err)) == PB_FATAL && pb_error_schema_missing(err))
-        pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
-    /* a statement of this relay still running when it dies (a settle waiting for a lock) is
-     * cancelled within a second instead of holding its locks until it ends (PostgreSQL 14) */
-    if (st == PB_OK)
-        st = pb_pg_exec(p->conn, "SET client_connection_check_interval = '1s'", err);
     if (st == PB_OK)
         st = pb_pg_exec(p->conn, "LISTEN " NOTIFY_CHANNEL, err);
     if (st == PB_OK)
@@ -136,70 +156,97 @@ static pb_status_t poll_connect(pb_capture_t *cap, pb_error_t *err)
     return pb_fail(err, PB_TRANSIENT, "interrupted while standing by");
 }
 
-static pb_status_t enter_pipeline(poll_capture_t *p, pb_error_t *err)
+static pb_status_t enter_pipeline(PGconn *conn, pb_error_t *err)
 {
-    if (PQpipelineStatus(p->conn) == PQ_PIPELINE_OFF && PQenterPipelineMode(p->conn) != 1)
-        return pb_fail(err, PB_TRANSIENT, "pipeline mode: %s", PQerrorMessage(p->conn));
+    if (PQpipelineStatus(conn) == PQ_PIPELINE_OFF && PQenterPipelineMode(conn) != 1)
+        return pb_fail(err, PB_TRANSIENT, "pipeline mode: %s", PQerrorMessage(conn));
     return PB_OK;
 }
 
-static pb_status_t exit_pipeline(poll_capture_t *p, pb_error_t *err)
+static pb_status_t exit_pipeline(PGconn *conn, pb_error_t *err)
 {
-    if (PQpipelineStatus(p->conn) != PQ_PIPELINE_OFF && PQexitPipelineMode(p->conn) != 1)
-        return pb_fail(err, PB_TRANSIENT, "pipeline mode: %s", PQerrorMessage(p->conn));
+    if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF && PQexitPipelineMode(conn) != 1)
+        return pb_fail(err, PB_TRANSIENT, "pipeline mode: %s", PQerrorMessage(conn));
     return PB_OK;
 }
 
-/* Queues one round trip: the COMMIT of the settle left open by the round before, the settle of
- * `settling` (in a transaction of its own), and unless in_flight is NULL the claim of `ahead`.
- * The settle's transaction is committed in the same round trip when commit is set, else by the
- * next one: a settle must not commit after its relay died, so it stays open until the relay
- * speaks again (the server then rolls it back as soon as it notices the lost client). */
-static pb_status_t send_round(poll_capture_t *p, const char *in_flight, bool commit,
-                              pb_error_t *err)
+static pb_status_t flush(PGconn *conn, pb_error_t *err)
+{
+    if (PQflush(conn) != 0)
+        return pb_fail(err, PB_TRANSIENT, "postgresql connection lost: %s",
+                       PQerrorMessage(conn));
+    return PB_OK;
+}
+
+/* Reads the result of the COMMIT that collect sent: the settle before is committed. */
+static pb_status_t finish_commit(poll_capture_t *p, pb_error_t *err)
+{
+    if (!p->commit_queued)
+        return PB_OK;
+    p->commit_queued = false;
+    pb_status_t st;
+    if ((st = pb_pg_read_result(p->settle_conn, PGRES_COMMAND_OK, "commit", NULL, err)) != PB_OK ||
+        (st = pb_pg_read_sync(p->settle_conn, err)) != PB_OK)
+        return st;
+    return exit_pipeline(p->settle_conn, err);
+}
+
+/* Sends the settle of `settling` (a transaction of its own) on settle_conn, when it holds
+ * outcomes, and unless in_flight is NULL the claim of `ahead` on conn, once the settle before
+ * is committed: the claim sees every outcome but those of the settle beside it. */
+static pb_status_t send_round(poll_capture_t *p, const char *in_flight, pb_error_t *err)
 {
     pb_status_t st;
-    if ((st = enter_pipeline(p, err)) != PB_OK)
+    PB_ASSERT(!p->settle_queued && !p->claim_queued);
+    if ((st = finish_commit(p, err)) != PB_OK)
         return st;
-    p->q_commit_before = p->txn_open;
-    if (p->txn_open && (st = pb_pg_send(p->conn, "COMMIT", err)) != PB_OK)
-        return st;
-    p->txn_open = false;
-    p->q_settle = p->settle_pending;
-    if (p->q_settle && ((st = pb_pg_send(p->conn, "BEGIN", err)) != PB_OK ||
-                        (st = pb_outbox_send_settle(p->settling, err)) != PB_OK))
-        return st;
-    p->q_claim = in_flight != NULL;
-    if (p->q_claim && (st = pb_outbox_send_claim(p->ahead, (int)p->base.cfg->relay_batch_size,
-                                                 p->shards.n, p->shards.owned_sql.data,
-                                                 in_flight, err)) != PB_OK)
-        return st;
-    p->q_commit_after = p->q_settle && commit;
-    if (p->q_commit_after && (st = pb_pg_send(p->conn, "COMMIT", err)) != PB_OK)
-        return st;
-    p->queued = true;
-    return pb_pg_send_sync(p->conn, err);
+    if (p->settle_pending) {
+        p->settling->conn = p->settle_conn;
+        if ((st = enter_pipeline(p->settle_conn, err)) != PB_OK ||
+            (st = pb_pg_send(p->settle_conn, "BEGIN", err)) != PB_OK ||
+            (st = pb_outbox_send_settle(p->settling, err)) != PB_OK ||
+            (st = pb_pg_send_sync(p->settle_conn, err)) != PB_OK ||
+            (st = flush(p->settle_conn, err)) != PB_OK)
+            return st;
+        p->settle_queued = true;
+    }
+    if (in_flight) {
+        p->ahead->conn = p->conn;
+        if ((st = enter_pipeline(p->conn, err)) != PB_OK ||
+            (st = pb_outbox_send_claim(p->ahead, (int)p->base.cfg->relay_batch_size,
+                                       p->shards.n, p->shards.owned_sql.data, in_flight,
+                                       err)) != PB_OK ||
+            (st = pb_pg_send_sync(p->conn, err)) != PB_OK || (st = flush(p->conn, err)) != PB_OK)
+            return st;
+        p->claim_queued = true;
+    }
+    return PB_OK;
 }
 
-/* Reads what send_round queued, in the same order. */
+/* Reads what send_round sent: ahead holds the claimed batch; the settle, once its statements
+ * have run, is committed by a COMMIT sent now, whose result the next round reads. A relay that
+ * dies while its settle runs thus commits nothing (the server rolls the transaction back). */
 static pb_status_t collect(poll_capture_t *p, pb_error_t *err)
 {
-    if (!p->queued)
-        return PB_OK;
-    p->queued = false;
     pb_status_t st;
-    if (p->q_commit_before &&
-        (st = pb_pg_read_result(p->conn, PGRES_COMMAND_OK, "commit", NULL, err)) != PB_OK)
-        return st;
-    if (p->q_settle) {
-        if ((st = pb_pg_read_result(p->conn, PGRES_COMMAND_OK, "begin", NULL, err)) != PB_OK ||
-            (st = pb_outbox_read_settle(p->settling, err)) != PB_OK)
+    if (p->settle_queued) {
+        p->settle_queued = false;
+        if ((st = pb_pg_read_result(p->settle_conn, PGRES_COMMAND_OK, "begin", NULL, err)) !=
+                PB_OK ||
+            (st = pb_outbox_read_settle(p->settling, err)) != PB_OK ||
+            (st = pb_pg_read_sync(p->settle_conn, err)) != PB_OK ||
+            (st = pb_pg_send(p->settle_conn, "COMMIT", err)) != PB_OK ||
+            (st = pb_pg_send_sync(p->settle_conn, err)) != PB_OK ||
+            (st = flush(p->settle_conn, err)) != PB_OK)
             return st;
+        p->commit_queued = true;
         p->settle_pending = false;
-        p->txn_open = !p->q_commit_after;
     }
-    if (p->q_claim) {
-        if ((st = pb_outbox_read_claim(p->ahead, err)) != PB_OK)
+    if (p->claim_queued) {
+        p->claim_queued = false;
+        if ((st = pb_outbox_read_claim(p->ahead, err)) != PB_OK ||
+            (st = pb_pg_read_sync(p->conn, err)) != PB_OK ||
+            (st = exit_pipeline(p->conn, err)) != PB_OK)
             return st;
         p->ahead_ready = p->ahead->n_events > 0;
         if (p->ahead->n_parked)
@@ -207,12 +254,7 @@ static pb_status_t collect(poll_capture_t *p, pb_error_t *err)
                            "aggregates that wait for a retry",
                       p->ahead->n_events, p->ahead->n_parked);
     }
-    if (p->q_commit_after &&
-        (st = pb_pg_read_result(p->conn, PGRES_COMMAND_OK, "commit", NULL, err)) != PB_OK)
-        return st;
-    if ((st = pb_pg_read_sync(p->conn, err)) != PB_OK)
-        return st;
-    return exit_pipeline(p, err);
+    return PB_OK;
 }
 
 static void swap(pb_outbox_t **a, pb_outbox_t **b)
@@ -225,7 +267,7 @@ static void swap(pb_outbox_t **a, pb_outbox_t **b)
 static pb_status_t poll_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_t *err)
 {
     poll_capture_t *p = (poll_capture_t *)cap;
-    PB_ASSERT(!p->cur_out && !p->queued);
+    PB_ASSERT(!p->cur_out && !p->settle_queued && !p->claim_queued);
     b->n = 0;
     if (p->ahead_ready) {
         /* claimed while the batch before (now settling) was still out */
@@ -233,11 +275,12 @@ static pb_status_t poll_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_
         p->ahead_ready = false;
         b->behind_unsettled = true;
     } else {
-        /* Nothing ahead: write what is settled and claim, in one round trip. A claim that only
-         * set events aside looks again at once: more may follow them. */
+        /* Nothing ahead: write what is settled, then claim (it sees every outcome). A claim that
+         * only set events aside looks again at once: more may follow them. */
         pb_status_t st;
         do {
-            if ((st = send_round(p, "{}", true, err)) != PB_OK || (st = collect(p, err)) != PB_OK)
+            if ((st = send_round(p, NULL, err)) != PB_OK || (st = collect(p, err)) != PB_OK ||
+                (st = send_round(p, "{}", err)) != PB_OK || (st = collect(p, err)) != PB_OK)
                 return st;
         } while (!p->ahead_ready && p->ahead->n_parked > 0 && !*cap->stop);
         if (!p->ahead_ready)
@@ -252,24 +295,23 @@ static pb_status_t poll_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_
     return PB_OK;
 }
 
+/* The claim of ahead skips cur and, when its settle runs beside the claim, settling: both are
+ * still pending in the claim's view. */
 static pb_status_t poll_overlap(pb_capture_t *cap, pb_error_t *err)
 {
     poll_capture_t *p = (poll_capture_t *)cap;
-    size_t n = p->cur->n_events;
-    if (n > p->cap_in_flight) {
-        p->in_flight_ids = pb_realloc(p->in_flight_ids, n * sizeof *p->in_flight_ids);
-        p->cap_in_flight = n;
+    size_t n = p->cur->n_events, n_prev = p->settle_pending ? p->n_settling_ids : 0;
+    if (n + n_prev > p->cap_in_flight) {
+        p->cap_in_flight = n + n_prev;
+        p->in_flight_ids =
+            pb_realloc(p->in_flight_ids, p->cap_in_flight * sizeof *p->in_flight_ids);
+        p->settling_ids = pb_realloc(p->settling_ids, p->cap_in_flight * sizeof *p->settling_ids);
     }
+    memcpy(p->in_flight_ids, p->settling_ids, n_prev * sizeof *p->in_flight_ids);
     for (size_t i = 0; i < n; i++)
-        p->in_flight_ids[i] = p->cur->events[i].id;
-    pb_outbox_id_ranges(p->in_flight_ids, n, &p->in_flight);
-    pb_status_t st = send_round(p, p->in_flight.data, false, err);
-    if (st != PB_OK)
-        return st;
-    if (PQflush(p->conn) != 0)
-        return pb_fail(err, PB_TRANSIENT, "postgresql connection lost: %s",
-                       PQerrorMessage(p->conn));
-    return PB_OK;
+        p->in_flight_ids[n_prev + i] = p->cur->events[i].id;
+    pb_outbox_id_ranges(p->in_flight_ids, n + n_prev, &p->in_flight);
+    return send_round(p, p->in_flight.data, err);
 }
 
 static pb_status_t poll_settle(pb_capture_t *cap, const pb_result_t *results,
@@ -280,6 +322,15 @@ static pb_status_t poll_settle(pb_capture_t *cap, const pb_result_t *results,
     if (st != PB_OK)
         return st;
     PB_ASSERT(!p->settle_pending);
+    size_t n = p->cur->n_events;
+    if (n > p->cap_in_flight) {
+        p->cap_in_flight = n;
+        p->in_flight_ids = pb_realloc(p->in_flight_ids, n * sizeof *p->in_flight_ids);
+        p->settling_ids = pb_realloc(p->settling_ids, n * sizeof *p->settling_ids);
+    }
+    for (size_t i = 0; i < n; i++)
+        p->settling_ids[i] = p->cur->events[i].id;
+    p->n_settling_ids = n;
     pb_settle_counts_t counts;
     pb_outbox_build_arrays(p->cur, results, plans, &counts);
     pb_outbox_release_batch(p->cur);
@@ -296,9 +347,10 @@ static pb_status_t poll_finish(pb_capture_t *cap, pb_error_t *err)
     if (!p->conn)
         return PB_OK;
     pb_status_t st = collect(p, err);
-    if (st == PB_OK && (p->settle_pending || p->txn_open) &&
-        (st = send_round(p, NULL, true, err)) == PB_OK)
+    if (st == PB_OK && p->settle_pending && (st = send_round(p, NULL, err)) == PB_OK)
         st = collect(p, err);
+    if (st == PB_OK)
+        st = finish_commit(p, err);
     pb_outbox_release_batch(p->ahead);
     p->ahead_ready = false;
     return st;
@@ -377,8 +429,10 @@ static pb_status_t poll_drained(pb_capture_t *cap, bool *done, pb_error_t *err)
 {
     poll_capture_t *p = (poll_capture_t *)cap;
     int64_t pending;
-    pb_status_t st = pb_outbox_pending(&p->obs[0], &pending, err);
-    *done = st == PB_OK && pending == 0 && !p->settle_pending && !p->txn_open && !p->ahead_ready;
+    p->ahead->conn = p->conn;
+    pb_status_t st = pb_outbox_pending(p->ahead, &pending, err);
+    *done = st == PB_OK && pending == 0 && !p->settle_pending && !p->commit_queued &&
+            !p->ahead_ready;
     return st;
 }
 
@@ -392,6 +446,7 @@ static void poll_free(pb_capture_t *cap)
         pb_outbox_free(&p->obs[i]);
     pb_shards_free(&p->shards);
     free(p->in_flight_ids);
+    free(p->settling_ids);
     pb_buf_free(&p->in_flight);
     free(p);
 }

@@ -162,7 +162,7 @@ static void check_untried(driver_t *d, const pb_capture_batch_t *b)
     }
 }
 
-/* Before publishing: an event behind an unsettled failure of the batch before is held back, and
+/* Before publishing: an event behind an unsettled failure of the batches before is held back, and
  * so is one behind an event of its aggregate that failed before (a retry): the batch is sent
  * pipelined, so a retry that fails again would otherwise be overtaken every time. Then each
  * event is checked. */

@@ -82,11 +82,11 @@ void pb_outbox_free(pb_outbox_t *ob);
 /* Prepares the statements; call after every (re)connect. */
 pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err) PB_MUSTCHECK;
 
-/* The relay's statements run in libpq pipeline mode on one connection (PQenterPipelineMode),
- * so that the settle of one batch and the claim of the next travel in one round trip while the
- * broker confirms the batch between them. Each send queues its statements; the caller frames
- * them in transactions and sync points (store/pg.h); the matching read, called in the same
- * order, takes their results. No row is locked by a claim.
+/* The relay's statements run in libpq pipeline mode (PQenterPipelineMode), so that the settle
+ * of one batch and the claim of the next each travel in one round trip while the broker
+ * confirms the batch between them (relay/capture_poll.c). Each send queues its statements; the
+ * caller frames them in transactions and sync points (store/pg.h); the matching read, called
+ * in the same order, takes their results. No row is locked by a claim.
  *
  * pb_outbox_send_claim queues the wake of up to limit waiting events whose retry time has come
  * (no UPDATE runs when none is due), then the claim of the next limit events in id order that do not wait for a retry and whose ids

@@ -5,8 +5,9 @@
  * store/outbox.h): a claim takes pending rows in id order, skips the rows of the batch in flight,
  * sets aside ("parks") rows behind an earlier event of their aggregate that waits for a retry,
  * and, in `ahead` mode, the next batch is claimed while the current one is published (in overlap,
- * after the settle of the batch before is written), so it is behind_unsettled; outcomes are
- * written at the next overlap / next / finish, like the pipelined settle. RETRY makes a row wait
+ * beside the settle of the batch before: the claim sees none of that settle's outcomes and skips
+ * its rows as well as the current batch's), so it is behind_unsettled; outcomes are written at
+ * the next overlap / next / finish, like the settle on its own connection. RETRY makes a row wait
  * for its retry delay (relay.backoff_base/cap = 1 ms here unless a test says otherwise) with
  * attempts + 1; dead and published rows leave; HELD rows stay pending. A variant retries in place
  * (like cdc). Every settle is recorded (results and plans per event).
@@ -147,19 +148,23 @@ static row_t *row_of(fake_cap_t *c, int64_t id)
     return &c->rows[id - 1];
 }
 
-static bool excluded(const fake_batch_t *ex, size_t row)
+static bool excluded(const fake_cap_t *c, const fake_batch_t *ex, bool ex_settling, size_t row)
 {
     for (size_t k = 0; ex && k < ex->n; k++)
         if (ex->rows[k] == row)
+            return true;
+    for (size_t k = 0; ex_settling && c->settle_pending && k < c->s_n; k++)
+        if (c->s_rows[k] == row)
             return true;
     return false;
 }
 
 /* The claim: wakes rows whose retry is due, then takes up to limit pending rows in id order that
- * are not in ex (the batch in flight), parking the rows behind an earlier waiting row of their
- * aggregate (until the same time). */
-static void claim(fake_cap_t *c, fake_batch_t *out, const fake_batch_t *ex, size_t *parked,
-                  bool *due)
+ * are not in ex (the batch in flight) nor, with ex_settling, among the rows whose settle is
+ * unwritten, parking the rows behind an earlier waiting row of their aggregate (until the same
+ * time). */
+static void claim(fake_cap_t *c, fake_batch_t *out, const fake_batch_t *ex, bool ex_settling,
+                  size_t *parked, bool *due)
 {
     int64_t now = pb_monotonic_ms();
     size_t limit = (size_t)c->base.cfg->relay_batch_size;
@@ -172,7 +177,7 @@ static void claim(fake_cap_t *c, fake_batch_t *out, const fake_batch_t *ex, size
     *parked = 0;
     for (size_t i = 0; i < c->n_rows && out->n < limit; i++) {
         row_t *r = &c->rows[i];
-        if (r->state != ROW_PENDING || excluded(ex, i))
+        if (r->state != ROW_PENDING || excluded(c, ex, ex_settling, i))
             continue;
         const row_t *blocker = NULL;
         for (size_t j = 0; j < i && !blocker; j++)
@@ -296,7 +301,7 @@ static pb_status_t fc_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_t 
     for (int tries = 0; tries < 100; tries++) {
         size_t parked;
         bool due;
-        claim(c, &c->cur, NULL, &parked, &due);
+        claim(c, &c->cur, NULL, false, &parked, &due);
         if (c->cur.n > 0 || (!parked && !due))
             break;
     }
@@ -314,10 +319,10 @@ static pb_status_t fc_overlap(pb_capture_t *cap, pb_error_t *err)
         cap_violation(c, "overlap without a batch out");
     if (!c->ahead_mode)
         return PB_OK;
-    apply_settling(c);
     size_t parked;
     bool due;
-    claim(c, &c->ahead, &c->cur, &parked, &due);
+    claim(c, &c->ahead, &c->cur, true, &parked, &due);
+    apply_settling(c);
     c->ahead_ready = c->ahead.n > 0;
     return PB_OK;
 }
@@ -812,6 +817,33 @@ static int teardown(void **state)
 /* A1 (id 1) fails once. batch 1 = [A1 B2], batch 2 (claimed ahead, behind_unsettled) = [A3 B4]:
  * A3 must be held behind A1's unsettled failure while B4 flows on; the claims that follow park
  * A5 behind the waiting A1; in the end A publishes 1, 3, 5 in that order, B 2, 4, 6, all once. */
+/* A1 (id 1) fails once. batch 1 = [A1 B2], batch 2 = [B3 B4] (claimed ahead), batch 3 = [A5 B6],
+ * claimed beside the settle of batch 1: that claim cannot see that A1 waits for its retry, and
+ * batch 2 holds nothing of A. A5 is held behind A1 all the same, and published after it. */
+static void failed_event_holds_back_its_aggregate_two_batches_ahead(void **state)
+{
+    (void)state;
+    world_t *w = world_new(&fake_poll_ops, true, 2, 5);
+    add_rows(w->cap, "ABBBAB");
+    w->snk->script[1] = SS_FAIL_N;
+    w->snk->fail_n[1] = 1;
+    world_run(w);
+    assert_clean_run(w);
+
+    size_t i5 = 0;
+    const settle_rec_t *s5 = first_settle_of(w->cap, 5, &i5);
+    assert_non_null(s5);
+    assert_int_equal(s5->batch, 3);
+    assert_int_equal(s5->outcomes[i5], PB_OUT_HELD);
+    assert_int_equal(w->snk->tries[1], 2);
+    assert_true(w->snk->published_seq[1] < w->snk->published_seq[5]);
+    assert_aggregate_in_order(w, "A");
+    assert_aggregate_in_order(w, "B");
+    assert_all_published_once(w);
+    assert_int_equal(rows_left(w->cap), 0);
+    world_free(w);
+}
+
 static void failed_event_holds_back_its_aggregate_in_the_batch_ahead(void **state)
 {
     (void)state;
@@ -1228,6 +1260,8 @@ int main(void)
 {
     pb_log_set_level("error");
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(failed_event_holds_back_its_aggregate_two_batches_ahead,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(failed_event_holds_back_its_aggregate_in_the_batch_ahead,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(retry_then_dead_letter_after_max_attempts, setup,
