@@ -5,14 +5,14 @@
  * While the broker confirms batch k, the settle of batch k-1 and the claim of batch k+1 run at
  * the same time, one on each connection (pipeline mode, a round trip each); their results are
  * read once batch k is confirmed. Neither waits for the other on the server, and no thread is
- * started: the database work hides behind the broker's confirm latency, on two backends. The
- * claim of k+1 names the ids of batches k and k-1, which it must not take again, and cannot see
- * the outcomes of either: its events are checked against their failures by the driver
- * (holdback.h). The claim takes no row locks. A settle's COMMIT is sent only once its statements
- * have run and the relay has read their results, and the next claim is sent once that COMMIT
- * is done: a relay that dies while its settle runs commits nothing (the server rolls it back),
- * and every claim sees the outcomes of all but the settle running beside it. A crash anywhere
- * leaves unsettled rows pending, to be published again (at least once).
+ * started: the database work hides behind the broker's confirm latency, on two backends. A
+ * settle's COMMIT is sent only once its statements have run and the relay has read their
+ * results (a relay that dies while its settle runs commits nothing: the server rolls it back),
+ * and its result is read with the next settle's. The claim of k+1 therefore skips the ids of
+ * batches k, k-1 and k-2 (whose COMMIT may still be under way), and cannot see their outcomes:
+ * its events are checked against their failures by the driver (holdback.h). The claim takes no
+ * row locks. A crash anywhere leaves unsettled rows pending, to be published again (at least
+ * once).
  *
  * Three batch records rotate: `settling` (outcomes built, to be written), `cur` (handed to the
  * driver) and `ahead` (claimed while cur is published). */
@@ -33,6 +33,11 @@
 #define NOTIFY_CHANNEL "postbox_outbox"
 #define IDLE_TICK_MS 1000
 
+typedef struct id_list {
+    int64_t *ids;
+    size_t n, cap;
+} id_list_t;
+
 typedef struct poll_capture {
     pb_capture_t base;
     PGconn *conn;        /* claims; holds the shard locks and LISTENs */
@@ -41,18 +46,39 @@ typedef struct poll_capture {
     pb_outbox_t *settling, *cur, *ahead;
     bool settle_pending; /* settling holds outcomes not yet sent */
     bool settle_queued;  /* the settle of settling is sent, its results not read yet */
-    bool commit_queued;  /* the settle's COMMIT is sent, its result not read yet */
+    bool commit_queued;  /* a settle's COMMIT is sent, its result not read yet */
     bool claim_queued;   /* the claim of ahead is sent, its results not read yet */
     bool ahead_ready;    /* ahead holds a claimed batch */
     bool cur_out;        /* cur is with the driver until settle */
     pb_shards_t shards;  /* owned through advisory locks held by conn's session */
     int64_t next_balance;
-    int64_t *settling_ids; /* the ids of the batch in settling */
-    size_t n_settling_ids;
-    int64_t *in_flight_ids; /* room for the ids of cur and settling */
-    size_t cap_in_flight;   /* of both arrays */
-    pb_buf_t in_flight;     /* their multirange, for the claim of ahead */
+    id_list_t settle_ids; /* the ids of the batch in settling */
+    id_list_t commit_ids; /* the ids of the batch whose COMMIT is queued */
+    id_list_t scratch;
+    pb_buf_t in_flight; /* the multirange of the ids a claim skips */
 } poll_capture_t;
+
+static void ids_reserve(id_list_t *l, size_t n)
+{
+    if (n > l->cap) {
+        l->ids = pb_realloc(l->ids, n * sizeof *l->ids);
+        l->cap = n;
+    }
+}
+
+static void ids_append(id_list_t *l, const int64_t *ids, size_t n)
+{
+    ids_reserve(l, l->n + n);
+    memcpy(l->ids + l->n, ids, n * sizeof *ids);
+    l->n += n;
+}
+
+static void ids_swap(id_list_t *a, id_list_t *b)
+{
+    id_list_t t = *a;
+    *a = *b;
+    *b = t;
+}
 
 static const pb_capture_ops_t poll_ops;
 
@@ -113,6 +139,10 @@ static pb_status_t poll_connect(pb_capture_t *cap, pb_error_t *err)
                                  &p->settle_conn, err);
     if (st == PB_OK && (st = prepare_conn(p, p->conn, err)) == PB_OK)
         st = prepare_conn(p, p->settle_conn, err);
+    /* A settle records what the broker confirmed; lost in a server crash, its events are
+     * published again (at least once), so its COMMIT need not wait for the WAL flush. */
+    if (st == PB_OK)
+        st = pb_pg_exec(p->settle_conn, "SET synchronous_commit = off", err);
     for (int i = 0; i < 3; i++)
         p->obs[i].conn = p->conn;
     if (st == PB_OK)
@@ -178,28 +208,31 @@ static pb_status_t flush(PGconn *conn, pb_error_t *err)
     return PB_OK;
 }
 
-/* Reads the result of the COMMIT that collect sent: the settle before is committed. */
-static pb_status_t finish_commit(poll_capture_t *p, pb_error_t *err)
+/* Reads the result of the COMMIT that collect sent (nothing else may be queued before it). */
+static pb_status_t read_commit(poll_capture_t *p, pb_error_t *err)
 {
     if (!p->commit_queued)
         return PB_OK;
     p->commit_queued = false;
-    pb_status_t st;
-    if ((st = pb_pg_read_result(p->settle_conn, PGRES_COMMAND_OK, "commit", NULL, err)) != PB_OK ||
-        (st = pb_pg_read_sync(p->settle_conn, err)) != PB_OK)
-        return st;
-    return exit_pipeline(p->settle_conn, err);
+    p->commit_ids.n = 0;
+    pb_status_t st = pb_pg_read_result(p->settle_conn, PGRES_COMMAND_OK, "commit", NULL, err);
+    return st == PB_OK ? pb_pg_read_sync(p->settle_conn, err) : st;
+}
+
+/* Waits until every settle sent is committed. */
+static pb_status_t finish_commit(poll_capture_t *p, pb_error_t *err)
+{
+    PB_ASSERT(!p->settle_queued);
+    pb_status_t st = read_commit(p, err);
+    return st == PB_OK ? exit_pipeline(p->settle_conn, err) : st;
 }
 
 /* Sends the settle of `settling` (a transaction of its own) on settle_conn, when it holds
- * outcomes, and unless in_flight is NULL the claim of `ahead` on conn, once the settle before
- * is committed: the claim sees every outcome but those of the settle beside it. */
+ * outcomes, and unless in_flight is NULL the claim of `ahead` on conn. */
 static pb_status_t send_round(poll_capture_t *p, const char *in_flight, pb_error_t *err)
 {
     pb_status_t st;
     PB_ASSERT(!p->settle_queued && !p->claim_queued);
-    if ((st = finish_commit(p, err)) != PB_OK)
-        return st;
     if (p->settle_pending) {
         p->settling->conn = p->settle_conn;
         if ((st = enter_pipeline(p->settle_conn, err)) != PB_OK ||
@@ -224,14 +257,15 @@ static pb_status_t send_round(poll_capture_t *p, const char *in_flight, pb_error
 }
 
 /* Reads what send_round sent: ahead holds the claimed batch; the settle, once its statements
- * have run, is committed by a COMMIT sent now, whose result the next round reads. A relay that
+ * have run, is committed by a COMMIT sent now, whose result a later read takes. A relay that
  * dies while its settle runs thus commits nothing (the server rolls the transaction back). */
 static pb_status_t collect(poll_capture_t *p, pb_error_t *err)
 {
     pb_status_t st;
     if (p->settle_queued) {
         p->settle_queued = false;
-        if ((st = pb_pg_read_result(p->settle_conn, PGRES_COMMAND_OK, "begin", NULL, err)) !=
+        if ((st = read_commit(p, err)) != PB_OK ||
+            (st = pb_pg_read_result(p->settle_conn, PGRES_COMMAND_OK, "begin", NULL, err)) !=
                 PB_OK ||
             (st = pb_outbox_read_settle(p->settling, err)) != PB_OK ||
             (st = pb_pg_read_sync(p->settle_conn, err)) != PB_OK ||
@@ -240,6 +274,7 @@ static pb_status_t collect(poll_capture_t *p, pb_error_t *err)
             (st = flush(p->settle_conn, err)) != PB_OK)
             return st;
         p->commit_queued = true;
+        ids_swap(&p->commit_ids, &p->settle_ids);
         p->settle_pending = false;
     }
     if (p->claim_queued) {
@@ -280,6 +315,7 @@ static pb_status_t poll_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_
         pb_status_t st;
         do {
             if ((st = send_round(p, NULL, err)) != PB_OK || (st = collect(p, err)) != PB_OK ||
+                (st = finish_commit(p, err)) != PB_OK ||
                 (st = send_round(p, "{}", err)) != PB_OK || (st = collect(p, err)) != PB_OK)
                 return st;
         } while (!p->ahead_ready && p->ahead->n_parked > 0 && !*cap->stop);
@@ -295,22 +331,21 @@ static pb_status_t poll_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_
     return PB_OK;
 }
 
-/* The claim of ahead skips cur and, when its settle runs beside the claim, settling: both are
- * still pending in the claim's view. */
+/* The claim of ahead skips cur, settling when its settle runs beside the claim, and the batch
+ * whose COMMIT may still be under way: all are still pending in the claim's view. */
 static pb_status_t poll_overlap(pb_capture_t *cap, pb_error_t *err)
 {
     poll_capture_t *p = (poll_capture_t *)cap;
-    size_t n = p->cur->n_events, n_prev = p->settle_pending ? p->n_settling_ids : 0;
-    if (n + n_prev > p->cap_in_flight) {
-        p->cap_in_flight = n + n_prev;
-        p->in_flight_ids =
-            pb_realloc(p->in_flight_ids, p->cap_in_flight * sizeof *p->in_flight_ids);
-        p->settling_ids = pb_realloc(p->settling_ids, p->cap_in_flight * sizeof *p->settling_ids);
-    }
-    memcpy(p->in_flight_ids, p->settling_ids, n_prev * sizeof *p->in_flight_ids);
-    for (size_t i = 0; i < n; i++)
-        p->in_flight_ids[n_prev + i] = p->cur->events[i].id;
-    pb_outbox_id_ranges(p->in_flight_ids, n + n_prev, &p->in_flight);
+    id_list_t *ids = &p->scratch;
+    ids->n = 0;
+    ids_reserve(ids, p->cur->n_events);
+    for (size_t i = 0; i < p->cur->n_events; i++)
+        ids->ids[ids->n++] = p->cur->events[i].id;
+    if (p->settle_pending)
+        ids_append(ids, p->settle_ids.ids, p->settle_ids.n);
+    if (p->commit_queued)
+        ids_append(ids, p->commit_ids.ids, p->commit_ids.n);
+    pb_outbox_id_ranges(ids->ids, ids->n, &p->in_flight);
     return send_round(p, p->in_flight.data, err);
 }
 
@@ -322,15 +357,11 @@ static pb_status_t poll_settle(pb_capture_t *cap, const pb_result_t *results,
     if (st != PB_OK)
         return st;
     PB_ASSERT(!p->settle_pending);
-    size_t n = p->cur->n_events;
-    if (n > p->cap_in_flight) {
-        p->cap_in_flight = n;
-        p->in_flight_ids = pb_realloc(p->in_flight_ids, n * sizeof *p->in_flight_ids);
-        p->settling_ids = pb_realloc(p->settling_ids, n * sizeof *p->settling_ids);
-    }
-    for (size_t i = 0; i < n; i++)
-        p->settling_ids[i] = p->cur->events[i].id;
-    p->n_settling_ids = n;
+    id_list_t *ids = &p->settle_ids;
+    ids->n = 0;
+    ids_reserve(ids, p->cur->n_events);
+    for (size_t i = 0; i < p->cur->n_events; i++)
+        ids->ids[ids->n++] = p->cur->events[i].id;
     pb_settle_counts_t counts;
     pb_outbox_build_arrays(p->cur, results, plans, &counts);
     pb_outbox_release_batch(p->cur);
@@ -445,8 +476,9 @@ static void poll_free(pb_capture_t *cap)
     for (int i = 0; i < 3; i++)
         pb_outbox_free(&p->obs[i]);
     pb_shards_free(&p->shards);
-    free(p->in_flight_ids);
-    free(p->settling_ids);
+    free(p->settle_ids.ids);
+    free(p->commit_ids.ids);
+    free(p->scratch.ids);
     pb_buf_free(&p->in_flight);
     free(p);
 }

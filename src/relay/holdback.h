@@ -1,9 +1,10 @@
 /* Hold-back: the one piece of state that keeps an aggregate in order behind a failed event
  * across batches.
  *
- * The poll capture claims batch k+1 while batch k is still being published and the outcomes of
- * batch k-1 are being written beside the claim, so the claim cannot know which events of either
- * failed. The driver therefore remembers every event of the last two batches that did not
+ * The poll capture claims batch k+1 while batch k is still being published, the outcomes of
+ * batch k-1 are being written beside the claim and those of batch k-2 may still be committing
+ * (relay/capture_poll.c), so the claim cannot know which events of these batches failed. The
+ * driver therefore remembers every event of the last PB_HOLDBACK_BATCHES batches that did not
  * publish cleanly (failed, rejected or itself held back), and holds back an event of the next
  * batch when an earlier event (smaller id) of its aggregate is among them. Once a batch's
  * outcomes are committed before a claim starts, that claim sets such events aside by itself
@@ -20,7 +21,7 @@
 #include "common/event.h"
 #include "common/str.h"
 
-#define PB_HOLDBACK_BATCHES 2
+#define PB_HOLDBACK_BATCHES 3
 
 typedef struct pb_holdback {
     /* per batch remembered, per event: its id (an int64_t), then

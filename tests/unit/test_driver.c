@@ -5,9 +5,10 @@
  * store/outbox.h): a claim takes pending rows in id order, skips the rows of the batch in flight,
  * sets aside ("parks") rows behind an earlier event of their aggregate that waits for a retry,
  * and, in `ahead` mode, the next batch is claimed while the current one is published (in overlap,
- * beside the settle of the batch before: the claim sees none of that settle's outcomes and skips
- * its rows as well as the current batch's), so it is behind_unsettled; outcomes are written at
- * the next overlap / next / finish, like the settle on its own connection. RETRY makes a row wait
+ * beside the settle of the batch before, whose outcomes it cannot see, while the settle of the
+ * batch before that may still be committing: the claim skips the rows of all three), so it is
+ * behind_unsettled; outcomes are written one overlap later, or at next / finish, like the settle
+ * on its own connection. RETRY makes a row wait
  * for its retry delay (relay.backoff_base/cap = 1 ms here unless a test says otherwise) with
  * attempts + 1; dead and published rows leave; HELD rows stay pending. A variant retries in place
  * (like cdc). Every settle is recorded (results and plans per event).
@@ -81,6 +82,16 @@ typedef struct fake_batch {
     int number;
 } fake_batch_t;
 
+typedef struct fake_settle {
+    size_t n;
+    size_t rows[MAX_BATCH];
+    pb_outcome_t out[MAX_BATCH];
+    bool dead[MAX_BATCH];
+    int attempts[MAX_BATCH];
+    int64_t delay[MAX_BATCH];
+    char reason[MAX_BATCH][REASON_LEN];
+} fake_settle_t;
+
 typedef struct fake_cap {
     pb_capture_t base;
     bool ahead_mode; /* claim the next batch in overlap, before this one is settled */
@@ -89,15 +100,12 @@ typedef struct fake_cap {
     fake_batch_t cur, ahead;
     bool cur_out, ahead_ready;
     int batches;
-    /* outcomes settled but not written yet (ahead mode: written with the next claim) */
+    /* outcomes settled but not written yet (ahead mode: written beside the next claim, which
+     * cannot see them, and committed one claim later, which may not see them either) */
     bool settle_pending;
-    size_t s_n;
-    size_t s_rows[MAX_BATCH];
-    pb_outcome_t s_out[MAX_BATCH];
-    bool s_dead[MAX_BATCH];
-    int s_attempts[MAX_BATCH];
-    int64_t s_delay[MAX_BATCH];
-    char s_reason[MAX_BATCH][REASON_LEN];
+    fake_settle_t s;
+    bool committing_pending;
+    fake_settle_t committing;
     bool connected;
     int connects, disconnects, nexts, overlaps, settles, finishes, waits, keepalives, ticks;
     int drained_calls, drained_false;
@@ -153,8 +161,11 @@ static bool excluded(const fake_cap_t *c, const fake_batch_t *ex, bool ex_settli
     for (size_t k = 0; ex && k < ex->n; k++)
         if (ex->rows[k] == row)
             return true;
-    for (size_t k = 0; ex_settling && c->settle_pending && k < c->s_n; k++)
-        if (c->s_rows[k] == row)
+    for (size_t k = 0; ex_settling && c->settle_pending && k < c->s.n; k++)
+        if (c->s.rows[k] == row)
+            return true;
+    for (size_t k = 0; ex_settling && c->committing_pending && k < c->committing.n; k++)
+        if (c->committing.rows[k] == row)
             return true;
     return false;
 }
@@ -212,28 +223,46 @@ static void claim(fake_cap_t *c, fake_batch_t *out, const fake_batch_t *ex, bool
     }
 }
 
-/* Writes the outcomes settled (poll: the settle statement of the pipeline). */
-static void apply_settling(fake_cap_t *c)
+static void apply(fake_cap_t *c, const fake_settle_t *st)
 {
-    if (!c->settle_pending)
-        return;
-    c->settle_pending = false;
     int64_t now = pb_monotonic_ms();
-    for (size_t k = 0; k < c->s_n; k++) {
-        row_t *r = &c->rows[c->s_rows[k]];
-        if (c->s_dead[k]) {
+    for (size_t k = 0; k < st->n; k++) {
+        row_t *r = &c->rows[st->rows[k]];
+        if (st->dead[k]) {
             r->state = ROW_DEAD;
             r->dead_seq = ++g_seq;
-            r->dead_attempts = c->s_attempts[k];
-            snprintf(r->dead_reason, sizeof r->dead_reason, "%s", c->s_reason[k]);
-        } else if (c->s_out[k] == PB_OUT_PUBLISHED) {
+            r->dead_attempts = st->attempts[k];
+            snprintf(r->dead_reason, sizeof r->dead_reason, "%s", st->reason[k]);
+        } else if (st->out[k] == PB_OUT_PUBLISHED) {
             r->state = ROW_PUBLISHED;
-        } else if (c->s_out[k] == PB_OUT_RETRY) {
+        } else if (st->out[k] == PB_OUT_RETRY) {
             r->state = ROW_WAITING;
             r->attempts++;
-            r->due_at = now + c->s_delay[k];
+            r->due_at = now + st->delay[k];
         } /* HELD: left pending as it is */
     }
+}
+
+/* Writes every outcome settled (poll: the settles sent, and their COMMITs waited for). */
+static void apply_settling(fake_cap_t *c)
+{
+    if (c->committing_pending)
+        apply(c, &c->committing);
+    c->committing_pending = false;
+    if (c->settle_pending)
+        apply(c, &c->s);
+    c->settle_pending = false;
+}
+
+/* Ahead mode, after the claim beside the settle: the settle before commits, this one is sent. */
+static void commit_one(fake_cap_t *c)
+{
+    if (c->committing_pending)
+        apply(c, &c->committing);
+    c->committing_pending = c->settle_pending;
+    if (c->settle_pending)
+        c->committing = c->s;
+    c->settle_pending = false;
 }
 
 static pb_status_t fc_connect(pb_capture_t *cap, pb_error_t *err)
@@ -256,7 +285,7 @@ static void fc_disconnect(pb_capture_t *cap)
     c->disconnects++;
     c->connected = false;
     c->cur_out = c->ahead_ready = false;
-    c->settle_pending = false; /* not written: relayed again (at least once) */
+    c->settle_pending = c->committing_pending = false; /* not written: relayed again */
 }
 
 static bool runaway(fake_cap_t *c)
@@ -322,7 +351,7 @@ static pb_status_t fc_overlap(pb_capture_t *cap, pb_error_t *err)
     size_t parked;
     bool due;
     claim(c, &c->ahead, &c->cur, true, &parked, &due);
-    apply_settling(c);
+    commit_one(c);
     c->ahead_ready = c->ahead.n > 0;
     return PB_OK;
 }
@@ -358,7 +387,7 @@ static pb_status_t fc_settle(pb_capture_t *cap, const pb_result_t *results,
     c->last_settle_seq = g_seq;
     if (c->settle_pending)
         cap_violation(c, "settle while the outcomes of the batch before are unwritten");
-    c->s_n = c->cur.n;
+    c->s.n = c->cur.n;
     for (size_t i = 0; i < c->cur.n; i++) {
         pb_outcome_t o = results[i].outcome;
         if (o == PB_OUT_UNTRIED)
@@ -369,12 +398,12 @@ static pb_status_t fc_settle(pb_capture_t *cap, const pb_result_t *results,
             cap_violation(c, "a dead letter without a reason");
         if (cap->ops->retries_in_place && o != PB_OUT_PUBLISHED && !plans[i].dead)
             cap_violation(c, "an in-place capture got an outcome that is not final");
-        c->s_rows[i] = c->cur.rows[i];
-        c->s_out[i] = o;
-        c->s_dead[i] = plans[i].dead;
-        c->s_attempts[i] = c->cur.events[i].attempts + 1;
-        c->s_delay[i] = plans[i].retry_delay_ms;
-        snprintf(c->s_reason[i], sizeof c->s_reason[i], "%s", plans[i].reason ? plans[i].reason : "");
+        c->s.rows[i] = c->cur.rows[i];
+        c->s.out[i] = o;
+        c->s.dead[i] = plans[i].dead;
+        c->s.attempts[i] = c->cur.events[i].attempts + 1;
+        c->s.delay[i] = plans[i].retry_delay_ms;
+        snprintf(c->s.reason[i], sizeof c->s.reason[i], "%s", plans[i].reason ? plans[i].reason : "");
     }
     c->settle_pending = true;
     c->cur_out = false;
@@ -422,7 +451,7 @@ static pb_status_t fc_drained(pb_capture_t *cap, bool *done, pb_error_t *err)
     c->drained_calls++;
     if (c->cur_out)
         cap_violation(c, "drained asked with a batch out");
-    *done = rows_left(c) == 0 && !c->settle_pending && !c->ahead_ready;
+    *done = rows_left(c) == 0 && !c->settle_pending && !c->committing_pending && !c->ahead_ready;
     if (!*done)
         c->drained_false++;
     return PB_OK;
@@ -817,6 +846,33 @@ static int teardown(void **state)
 /* A1 (id 1) fails once. batch 1 = [A1 B2], batch 2 (claimed ahead, behind_unsettled) = [A3 B4]:
  * A3 must be held behind A1's unsettled failure while B4 flows on; the claims that follow park
  * A5 behind the waiting A1; in the end A publishes 1, 3, 5 in that order, B 2, 4, 6, all once. */
+/* A1 (id 1) fails once. batch 1 = [A1 B2], batches 2 and 3 = [B3 B4], [B5 B6], batch 4 = [A7 B8],
+ * claimed beside the settle of batch 2 while that of batch 1 may still be committing: that
+ * claim may not see that A1 waits for its retry either. A7 is held behind A1 all the same. */
+static void failed_event_holds_back_its_aggregate_three_batches_ahead(void **state)
+{
+    (void)state;
+    world_t *w = world_new(&fake_poll_ops, true, 2, 5);
+    add_rows(w->cap, "ABBBBBAB");
+    w->snk->script[1] = SS_FAIL_N;
+    w->snk->fail_n[1] = 1;
+    world_run(w);
+    assert_clean_run(w);
+
+    size_t i7 = 0;
+    const settle_rec_t *s7 = first_settle_of(w->cap, 7, &i7);
+    assert_non_null(s7);
+    assert_int_equal(s7->batch, 4);
+    assert_int_equal(s7->outcomes[i7], PB_OUT_HELD);
+    assert_int_equal(w->snk->tries[1], 2);
+    assert_true(w->snk->published_seq[1] < w->snk->published_seq[7]);
+    assert_aggregate_in_order(w, "A");
+    assert_aggregate_in_order(w, "B");
+    assert_all_published_once(w);
+    assert_int_equal(rows_left(w->cap), 0);
+    world_free(w);
+}
+
 /* A1 (id 1) fails once. batch 1 = [A1 B2], batch 2 = [B3 B4] (claimed ahead), batch 3 = [A5 B6],
  * claimed beside the settle of batch 1: that claim cannot see that A1 waits for its retry, and
  * batch 2 holds nothing of A. A5 is held behind A1 all the same, and published after it. */
@@ -1060,6 +1116,7 @@ static void stop_in_mid_batch(void **state)
     assert_true(w->cap->finishes >= 1);
     assert_true(w->cap->last_finish_seq > w->cap->last_settle_seq);
     assert_false(w->cap->settle_pending);
+    assert_false(w->cap->committing_pending);
     for (int64_t id = 1; id <= 6; id++) {
         assert_int_equal(row_of(w->cap, id)->state, ROW_PUBLISHED);
         assert_int_equal(w->snk->published[id], 1);
@@ -1111,6 +1168,7 @@ static void drain_returns_once_everything_is_relayed(void **state)
     assert_true(w->cap->drained_false >= 1); /* it asked while C2 was waiting */
     assert_int_equal(rows_left(w->cap), 0);
     assert_false(w->cap->settle_pending);
+    assert_false(w->cap->committing_pending);
     assert_false(w->cap->ahead_ready);
     assert_all_published_once(w);
     assert_int_equal(w->snk->tries[2], 3);
@@ -1260,6 +1318,8 @@ int main(void)
 {
     pb_log_set_level("error");
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(failed_event_holds_back_its_aggregate_three_batches_ahead,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(failed_event_holds_back_its_aggregate_two_batches_ahead,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(failed_event_holds_back_its_aggregate_in_the_batch_ahead,
