@@ -1,11 +1,13 @@
 #include "cdc/events.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "common/json_span.h"
 #include "common/str.h"
 
 pb_status_t pb_cdc_outbox_map(const pb_pgo_relation_t *rel, pb_cdc_outbox_map_t *map,
@@ -189,50 +191,72 @@ pb_status_t pb_cdc_event_from_insert(const pb_cdc_outbox_map_t *map, const pb_pg
     return PB_OK;
 }
 
-static const char *json_text(json_t *obj, const char *key)
+/* Member key of the message as a decoded string (escapes resolved; malloc'd), or NULL when it
+ * is absent, null, not a string or holds a NUL. */
+static char *member_string(const char *content, size_t len, const char *key)
 {
-    json_t *v = json_object_get(obj, key);
-    return json_is_string(v) ? json_string_value(v) : NULL;
+    const char *v;
+    size_t n;
+    if (!pb_json_member(content, len, key, &v, &n) || v[0] != '"')
+        return NULL;
+    json_error_t jerr;
+    json_t *j = json_loadb(v, n, JSON_DECODE_ANY, &jerr);
+    char *out = NULL;
+    if (json_is_string(j) && strlen(json_string_value(j)) == json_string_length(j))
+        out = pb_strdup(json_string_value(j));
+    json_decref(j);
+    return out;
 }
 
+/* Member key as an int64, or 0 when it is absent or not an integer that fits. */
+static int64_t member_int(const char *content, size_t len, const char *key)
+{
+    const char *v;
+    size_t n;
+    char num[24];
+    if (!pb_json_member(content, len, key, &v, &n) || n >= sizeof num)
+        return 0;
+    memcpy(num, v, n);
+    num[n] = '\0';
+    char *end;
+    errno = 0;
+    long long x = strtoll(num, &end, 10);
+    return errno == 0 && *end == '\0' && end != num ? (int64_t)x : 0;
+}
+
+/* The strings are decoded; the payload and the headers are passed on as the message holds
+ * them (common/json_span.h), as the outbox's columns are. */
 pb_status_t pb_cdc_event_from_message(const char *content, size_t len, pb_cdc_event_t *out,
                                       pb_error_t *err)
 {
-    json_error_t jerr;
-    json_t *obj = json_loadb(content, len, 0, &jerr);
-    if (!obj || !json_is_object(obj)) {
-        json_decref(obj);
-        return pb_fail(err, PB_FATAL, "logical message is not a postbox event (%s)",
-                       obj ? "not an object" : jerr.text);
+    const char *payload = NULL, *headers = NULL;
+    size_t payload_len = 0, headers_len = 0;
+    char *fields[5] = {member_string(content, len, "event_id"),
+                       member_string(content, len, "aggregate_type"),
+                       member_string(content, len, "aggregate_id"),
+                       member_string(content, len, "event_type"),
+                       member_string(content, len, "destination")};
+    bool has_payload = pb_json_member(content, len, "payload", &payload, &payload_len);
+    if (!fields[0] || !fields[1] || !fields[2] || !fields[3] || !has_payload) {
+        for (int i = 0; i < 5; i++)
+            free(fields[i]);
+        return pb_fail(err, PB_FATAL, "logical message is not a postbox event: it lacks "
+                                      "event_id, aggregate_type, aggregate_id, event_type or "
+                                      "payload, or is not a JSON object");
     }
-    const char *fields[4] = {json_text(obj, "event_id"), json_text(obj, "aggregate_type"),
-                             json_text(obj, "aggregate_id"), json_text(obj, "event_type")};
-    json_t *payload = json_object_get(obj, "payload");
-    if (!fields[0] || !fields[1] || !fields[2] || !fields[3] || !payload) {
-        json_decref(obj);
-        return pb_fail(err, PB_FATAL, "logical message lacks event_id, aggregate_type, "
-                                      "aggregate_id, event_type or payload");
-    }
-    json_t *headers = json_object_get(obj, "headers");
-    char *payload_text = json_dumps(payload, JSON_COMPACT | JSON_ENCODE_ANY);
-    char *headers_text = json_is_object(headers) ? json_dumps(headers, JSON_COMPACT) : NULL;
-    const char *src[7] = {fields[0], fields[1], fields[2], fields[3], payload_text, headers_text,
-                          json_text(obj, "destination")};
-    size_t lens[7];
-    for (int i = 0; i < 7; i++)
-        lens[i] = src[i] ? strlen(src[i]) : 0;
+    if (!pb_json_member(content, len, "headers", &headers, &headers_len) || headers[0] != '{')
+        headers = NULL, headers_len = 0;
+    const char *src[7] = {fields[0], fields[1], fields[2], fields[3], payload, headers, fields[4]};
+    size_t lens[7] = {strlen(fields[0]), strlen(fields[1]), strlen(fields[2]), strlen(fields[3]),
+                      payload_len, headers_len, fields[4] ? strlen(fields[4]) : 0};
     const char *dst[7];
     pack_event(out, 7, src, lens, dst);
     pb_event_t *ev = &out->ev;
-    json_t *created = json_object_get(obj, "created_at_us");
-    ev->created_at_us = json_is_integer(created) ? (int64_t)json_integer_value(created) : 0;
-    json_t *sequence = json_object_get(obj, "sequence");
-    ev->sequence = json_is_integer(sequence) && json_integer_value(sequence) > 0
-                       ? (int64_t)json_integer_value(sequence)
-                       : 0;
-    free(payload_text);
-    free(headers_text);
-    json_decref(obj);
+    ev->created_at_us = member_int(content, len, "created_at_us");
+    int64_t sequence = member_int(content, len, "sequence");
+    ev->sequence = sequence > 0 ? sequence : 0;
+    for (int i = 0; i < 5; i++)
+        free(fields[i]);
     return PB_OK;
 }
 

@@ -32,7 +32,8 @@ pb_status_t pb_cdc_outbox_map(const pb_pgo_relation_t *rel, pb_cdc_outbox_map_t 
 pb_status_t pb_cdc_event_from_insert(const pb_cdc_outbox_map_t *map, const pb_pgo_msg_t *ins,
                                      pb_cdc_event_t *out, pb_error_t *err) PB_MUSTCHECK;
 
-/* content: the JSON object written by postbox.emit(). */
+/* content: the JSON object written by postbox.emit(). The payload and headers keep the text of
+ * the message (numbers as PostgreSQL wrote them); the other members are decoded. */
 pb_status_t pb_cdc_event_from_message(const char *content, size_t len, pb_cdc_event_t *out,
                                       pb_error_t *err) PB_MUSTCHECK;
 

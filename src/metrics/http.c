@@ -132,7 +132,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return reply_text(conn, MHD_HTTP_NOT_FOUND, "not found: try /metrics, /healthz or /readyz\n");
 }
 
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+/* fmt and ap come from libmicrohttpd (the attribute tells the compiler so) */
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
+                                                             va_list ap)
 {
     (void)cls;
     char msg[512];

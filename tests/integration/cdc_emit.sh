@@ -137,3 +137,19 @@ start_cdc_relay
 stop_relay
 [[ $(psql_q "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'postbox.outbox'::regclass AND tgname = 'outbox_cdc_delete'") == 0 ]] ||
     fail "the delete trigger stayed after a start with cdc.delete_after_insert=false"
+
+# ---- 3. an emitted payload reaches the broker as PostgreSQL wrote it ----------------------------
+# (numbers as jsonb keeps them: 0.1 and 1.50 unchanged, integers beyond int64 and exponents
+# beyond a double kept, not rewritten nor refused)
+setup_queue '#'
+start_cdc_relay
+NUM_PAYLOAD='{"amount": 0.1, "price": 1.50, "big": 123456789012345678901234567890, "tiny": 1e-400}'
+psql_q "SELECT postbox.emit('order', 'num-1', 'numbers.v1', '$NUM_PAYLOAD'::jsonb)" >/dev/null
+want=$(psql_q "SELECT '$NUM_PAYLOAD'::jsonb::text")
+wait_until '(($(queue_count) >= 1))' 30 ||
+    { tail -n 5 "$PB_RELAY_LOG" >&2; fail "the emitted event with large numbers did not arrive"; }
+stop_relay
+drain_queue "$PB_TMP/got4" 1 10 30
+got=$(cut -f6 "$PB_TMP/got4")
+[[ $got == "$want" ]] || fail "the payload changed on the way: PostgreSQL wrote $want, the broker got $got"
+say "emitted numbers arrive as written: $got"

@@ -125,6 +125,68 @@ static void begin_commit_and_message(void **state)
     pb_pgo_decoder_free(&dec);
 }
 
+/* An emitted message as PostgreSQL's jsonb text writes it: the payload and headers reach the
+ * event as written (0.1 and 1.50 are not rewritten, integers and exponents beyond int64 and
+ * double are kept, a key-like string inside the payload is not taken for a member), and the
+ * strings are decoded. */
+static void message_payload_passes_through(void **state)
+{
+    (void)state;
+    pb_error_t err;
+    pb_cdc_event_t e;
+    const char *json =
+        "{\"sequence\": 12, \"payload\": {\"amount\": 0.1, \"price\": 1.50, \"big\": "
+        "123456789012345678901234567890, \"tiny\": 1e-400, \"huge\": 1e400, \"note\": "
+        "\"a } \\\" ] \\\\\", \"event_id\": \"not this one\", \"list\": [[], {}, [1, [2]]]}, "
+        "\"headers\": {\"trace\": \"t-\\u00e9\"}, \"event_id\": \"e2\", \"event_type\": "
+        "\"deposit.v1\", \"destination\": \"q.\\\"x\\\"\", \"aggregate_id\": \"acct-\\u00e9\", "
+        "\"created_at_us\": 1700000000000001, \"aggregate_type\": \"account\"}";
+    assert_int_equal(pb_cdc_event_from_message(json, strlen(json), &e, &err), PB_OK);
+    assert_string_equal(e.ev.event_id, "e2");
+    assert_string_equal(e.ev.aggregate_type, "account");
+    assert_string_equal(e.ev.aggregate_id, "acct-\xc3\xa9");
+    assert_string_equal(e.ev.event_type, "deposit.v1");
+    assert_string_equal(e.ev.destination, "q.\"x\"");
+    assert_string_equal(e.ev.payload,
+                        "{\"amount\": 0.1, \"price\": 1.50, \"big\": "
+                        "123456789012345678901234567890, \"tiny\": 1e-400, \"huge\": 1e400, "
+                        "\"note\": \"a } \\\" ] \\\\\", \"event_id\": \"not this one\", \"list\": "
+                        "[[], {}, [1, [2]]]}");
+    assert_int_equal(e.ev.payload_len, strlen(e.ev.payload));
+    assert_string_equal(e.ev.headers, "{\"trace\": \"t-\\u00e9\"}");
+    assert_true(e.ev.created_at_us == 1700000000000001LL);
+    assert_int_equal(e.ev.sequence, 12);
+    pb_cdc_event_free(&e);
+
+    /* a scalar payload; no headers object; no destination */
+    const char *scalar = "{\"event_id\": \"e3\", \"aggregate_type\": \"t\", \"aggregate_id\": "
+                         "\"1\", \"event_type\": \"x\", \"payload\": 42, \"headers\": null}";
+    assert_int_equal(pb_cdc_event_from_message(scalar, strlen(scalar), &e, &err), PB_OK);
+    assert_string_equal(e.ev.payload, "42");
+    assert_null(e.ev.headers);
+    assert_null(e.ev.destination);
+    assert_int_equal(e.ev.sequence, 0);
+    pb_cdc_event_free(&e);
+
+    /* broken structure: refused, never read past the end */
+    const char *bad[] = {
+        "{\"event_id\": \"e\", \"aggregate_type\": \"t\", \"aggregate_id\": \"1\", "
+        "\"event_type\": \"x\", \"payload\": {\"a\": [1, 2}}",
+        "{\"event_id\": \"e\", \"aggregate_type\": \"t\", \"aggregate_id\": \"1\", "
+        "\"event_type\": \"x\", \"payload\": {\"a\": \"unterminated}",
+        "{\"event_id\": \"e\", \"aggregate_type\": \"t\", \"aggregate_id\": \"1\", "
+        "\"event_type\": \"x\", \"payload\": ",
+        "{\"event_id\": 5, \"aggregate_type\": \"t\", \"aggregate_id\": \"1\", "
+        "\"event_type\": \"x\", \"payload\": {}}",
+        "{\"event_id\": \"e\\u0000\", \"aggregate_type\": \"t\", \"aggregate_id\": \"1\", "
+        "\"event_type\": \"x\", \"payload\": {}}",
+        "{\"event_id\" \"e\"}",
+        "",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(pb_cdc_event_from_message(bad[i], strlen(bad[i]), &e, &err), PB_FATAL);
+}
+
 static void relation_then_insert_maps_by_name(void **state)
 {
     (void)state;
@@ -238,6 +300,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(begin_commit_and_message),
+        cmocka_unit_test(message_payload_passes_through),
         cmocka_unit_test(relation_then_insert_maps_by_name),
         cmocka_unit_test(bad_input_is_an_error),
         cmocka_unit_test(parses_timestamps),

@@ -1,0 +1,112 @@
+#include "common/json_span.h"
+
+#include <string.h>
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static size_t skip_space(const char *s, size_t len, size_t i)
+{
+    while (i < len && is_space(s[i]))
+        i++;
+    return i;
+}
+
+/* The length of the string at s[0] == '"', closing quote included; 0 when unterminated. */
+static size_t string_len(const char *s, size_t len)
+{
+    for (size_t i = 1; i < len; i++) {
+        if (s[i] == '\\')
+            i++; /* the escaped character, whatever it is */
+        else if (s[i] == '"')
+            return i + 1;
+        else if ((unsigned char)s[i] < 0x20)
+            return 0;
+    }
+    return 0;
+}
+
+/* A number or literal: the run of characters up to a delimiter. */
+static size_t scalar_len(const char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len && !is_space(s[i]) && s[i] != ',' && s[i] != ']' && s[i] != '}' &&
+           s[i] != ':' && s[i] != '"' && s[i] != '[' && s[i] != '{')
+        i++;
+    return i;
+}
+
+size_t pb_json_value_len(const char *s, size_t len)
+{
+    if (len == 0)
+        return 0;
+    if (s[0] == '"')
+        return string_len(s, len);
+    if (s[0] != '{' && s[0] != '[')
+        return scalar_len(s, len);
+    /* containers: one stack of the closing brackets expected */
+    char closing[PB_JSON_MAX_DEPTH];
+    size_t depth = 0;
+    for (size_t i = 0; i < len;) {
+        char c = s[i];
+        if (c == '{' || c == '[') {
+            if (depth == PB_JSON_MAX_DEPTH)
+                return 0;
+            closing[depth++] = c == '{' ? '}' : ']';
+            i++;
+        } else if (c == '}' || c == ']') {
+            if (depth == 0 || closing[depth - 1] != c)
+                return 0;
+            i++;
+            if (--depth == 0)
+                return i;
+        } else if (c == '"') {
+            size_t n = string_len(s + i, len - i);
+            if (n == 0)
+                return 0;
+            i += n;
+        } else if (is_space(c) || c == ',' || c == ':') {
+            i++;
+        } else {
+            size_t n = scalar_len(s + i, len - i);
+            if (n == 0)
+                return 0;
+            i += n;
+        }
+    }
+    return 0;
+}
+
+bool pb_json_member(const char *text, size_t len, const char *key, const char **val,
+                    size_t *val_len)
+{
+    size_t klen = strlen(key);
+    size_t i = skip_space(text, len, 0);
+    if (i >= len || text[i] != '{')
+        return false;
+    i = skip_space(text, len, i + 1);
+    while (i < len && text[i] == '"') {
+        size_t n = string_len(text + i, len - i);
+        if (n == 0)
+            return false;
+        bool match = n == klen + 2 && memcmp(text + i + 1, key, klen) == 0;
+        i = skip_space(text, len, i + n);
+        if (i >= len || text[i] != ':')
+            return false;
+        i = skip_space(text, len, i + 1);
+        size_t v = pb_json_value_len(text + i, len - i);
+        if (v == 0)
+            return false;
+        if (match) {
+            *val = text + i;
+            *val_len = v;
+            return true;
+        }
+        i = skip_space(text, len, i + v);
+        if (i < len && text[i] == ',')
+            i = skip_space(text, len, i + 1);
+    }
+    return false;
+}
