@@ -8,7 +8,7 @@
  * started: the database work hides behind the broker's confirm latency, on two backends. A
  * settle's COMMIT is sent only once its statements have run and the relay has read their
  * results (a relay that dies while its settle runs commits nothing: the server rolls it back),
- * and its result is read with the next settle's. The claim of k+1 therefore skips the ids of
+ * and its result is read in the next round. The claim of k+1 therefore skips the ids of
  * batches k, k-1 and k-2 (whose COMMIT may still be under way), and cannot see their outcomes:
  * its events are checked against their failures by the driver (holdback.h). The claim takes no
  * row locks. A crash anywhere leaves unsettled rows pending, to be published again (at least
@@ -257,15 +257,20 @@ static pb_status_t send_round(poll_capture_t *p, const char *in_flight, pb_error
 }
 
 /* Reads what send_round sent: ahead holds the claimed batch; the settle, once its statements
- * have run, is committed by a COMMIT sent now, whose result a later read takes. A relay that
- * dies while its settle runs thus commits nothing (the server rolls the transaction back). */
+ * have run, is committed by a COMMIT sent now, whose result the next collect reads (so the
+ * rows of a batch are skipped by two claims at most: a held event must come back before the
+ * hold-back forgets its batch). A relay that dies while its settle runs thus commits nothing
+ * (the server rolls the transaction back). */
 static pb_status_t collect(poll_capture_t *p, pb_error_t *err)
 {
     pb_status_t st;
+    if ((st = read_commit(p, err)) != PB_OK)
+        return st;
+    if (!p->settle_queued && (st = exit_pipeline(p->settle_conn, err)) != PB_OK)
+        return st;
     if (p->settle_queued) {
         p->settle_queued = false;
-        if ((st = read_commit(p, err)) != PB_OK ||
-            (st = pb_pg_read_result(p->settle_conn, PGRES_COMMAND_OK, "begin", NULL, err)) !=
+        if ((st = pb_pg_read_result(p->settle_conn, PGRES_COMMAND_OK, "begin", NULL, err)) !=
                 PB_OK ||
             (st = pb_outbox_read_settle(p->settling, err)) != PB_OK ||
             (st = pb_pg_read_sync(p->settle_conn, err)) != PB_OK ||

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # cdc capture, crashes and the slot's confirmed position.
 #
-# 1. The cdc relay killed with SIGKILL at 5 random points while relaying 20,000 events (200
-#    transactions of 100), restarted each time: every event arrives at least once, first
+# 1. The cdc relay killed with SIGKILL at 5 random points of its progress while relaying 20,000
+#    events (200 transactions of 100), restarted each time: every event arrives at least once, first
 #    occurrences keep per-aggregate order; duplicates are reported. After each kill, every
 #    transaction that the slot's confirmed_flush_lsn covers must be marked published (the relay
 #    marks rows only after the broker confirmed them): the slot never runs ahead of the broker.
@@ -54,24 +54,25 @@ check_confirmed_published() { # WHEN
 }
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
-busy_kills=0 run_ms=0
+busy_kills=0
 for ((i = 1; i <= KILLS; i++)); do
     p0=$(published_count)
     pending=$(pending_count)
-    max_ms=1500
-    if ((run_ms > 0 && p0 > 0)); then
-        budget=$((pending * run_ms / p0 / (KILLS - i + 2)))
-        ((budget < max_ms)) && max_ms=$budget
-        ((max_ms < 200)) && max_ms=200
-    fi
-    ms=$((200 + RANDOM % (max_ms - 199)))
+    # Each kill falls once the relay has published a random 30-90 % of its share of what is
+    # left (the pending events over the kills to come and the final drain), so every kill hits
+    # a relay in the middle of its work however long its start (the slot's backlog) takes.
+    share=$((pending / (KILLS - i + 2)))
+    step=$((share * (30 + RANDOM % 61) / 100))
+    target=$((p0 + (step > 0 ? step : 1)))
     t0=$(now_ms)
     start_relay --capture cdc --set relay.batch_size=$BATCH
-    sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
+    while (($(published_count) < target)) && pid_alive "$RELAY_PID" && (($(now_ms) - t0 < 60000)); do
+        sleep 0.02
+    done
+    ms=$(($(now_ms) - t0))
     p1=$(published_count)
     pid_alive "$RELAY_PID" || fail "the relay exited by itself before kill $i"
     kill_relay
-    run_ms=$((run_ms + $(now_ms) - t0))
     p2=$(published_count)
     pending=$(pending_count)
     busy=no
