@@ -111,11 +111,10 @@ static size_t redact_url(const char *in, size_t scheme, size_t i, sink_t *o)
                 at = f, has_at = true;
     }
     if (has_at) {
+        /* every password is hidden, "password" too: it may be the real one (usage texts read
+         * "user:***@host" then) */
         const char *colon = memchr(in + a, ':', at - a);
-        /* the placeholder of usage texts ("expected amqp://user:password@host") is no secret */
-        bool placeholder = colon && (size_t)(in + at - colon - 1) == 8 &&
-                           strncmp(colon + 1, "password", 8) == 0;
-        if (colon && !placeholder) {
+        if (colon) {
             put(o, in + a, (size_t)(colon - (in + a)) + 1);
             put(o, HIDDEN, 3);
             return at;
@@ -124,7 +123,7 @@ static size_t redact_url(const char *in, size_t scheme, size_t i, sink_t *o)
             put(o, HIDDEN, 3); /* nats://TOKEN@host */
             return at;
         }
-        return a; /* a user name alone or a placeholder: scanned on like free text */
+        return a; /* a user name alone: scanned on like free text */
     }
     /* no '@': "scheme://user:secret" with the host forgotten shows the password as a port */
     size_t h = a;

@@ -136,7 +136,7 @@ static void test_wrong_scheme(void **state)
     pb_error_t err;
     parse_bad("http://guest:guest@localhost:5672/", &err);
     assert_non_null(strstr(err.msg, "amqp:// or amqps://"));
-    assert_non_null(strstr(err.msg, "expected amqp://user:password@host:port/vhost"));
+    assert_non_null(strstr(err.msg, "expected amqp://user:***@host:port/vhost"));
     parse_bad("localhost:5672", &err);
     parse_bad("", &err);
 }

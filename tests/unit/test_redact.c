@@ -102,8 +102,10 @@ static void inside_messages(void **state)
     expect("reconnected to nats at nats://127.0.0.1:4222", "reconnected to nats at nats://127.0.0.1:4222");
     expect("", "");
     expect(NULL, "");
+    /* "password" may be the real one: hidden like any other (usage texts too) */
     expect("bad url: expected amqp://user:password@host:port/vhost",
-           "bad url: expected amqp://user:password@host:port/vhost");
+           "bad url: expected amqp://user:***@host:port/vhost");
+    expect("amqp://a\x92.:password@mBrs", "amqp://a\x92.:***@mBrs");
     /* already redacted text stays as it is */
     expect("amqp://guest:***@127.0.0.1:5672/", "amqp://guest:***@127.0.0.1:5672/");
 }
