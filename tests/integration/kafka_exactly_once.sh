@@ -25,11 +25,15 @@ export POSTBOX_KAFKA_TOPICS=$TOPIC POSTBOX_KAFKA_GROUP=pb.$PB_KAFKA_RUN.balances
 GROUP_OPTS=(--set kafka.session.timeout.ms=2500 --set kafka.heartbeat.interval.ms=500)
 N_ACC=200 N_TX=10 PER_TX=2000 ROLLBACK_PER_TX=500
 RELAY_BATCH=50
+# each produce request waits 20 ms for more (a common linger.ms): a transaction's 2,000 events
+# take the relay long enough for a kill to find it at work
+RELAY_OPTS=(--set relay.batch_size=$RELAY_BATCH --set kafka.linger.ms=20)
 : >"$CONSUMER_LOG"
 
 outbox_count() { psql_q "SELECT count(*) FROM postbox.outbox_all"; }
 group_lag() { kafka_tool lag "$POSTBOX_KAFKA_BROKERS" "$POSTBOX_KAFKA_GROUP" "$TOPIC" 2>/dev/null || echo -1; }
 sleep_ms() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
 dup_lines() { cat "$CONSUMER_LOG" "$CONSUMER2_LOG" | grep -c 'duplicate message' || true; }
 CONSUMER2_LOG=$PB_TMP/consumer2.log
 : >"$CONSUMER2_LOG"
@@ -57,7 +61,7 @@ produce_rolled_back() {
 pb_init
 psql_q "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL)"
 produce_committed # the topic exists before the consumer subscribes
-start_relay --set relay.batch_size=$RELAY_BATCH
+start_relay "${RELAY_OPTS[@]}"
 start_consumer "${GROUP_OPTS[@]}"
 start_consumer2
 wait_until 'grep -q "partitions\{0,1\} assigned" "$CONSUMER_LOG"' 60 ||
@@ -90,11 +94,15 @@ kill_consumer_now() { # STEP MS
 
 for ((s = 2; s <= N_TX; s++)); do
     if ((s % 3 == 1)); then produce_rolled_back; fi
+    p_before=$(published_count)
     produce_committed
-    ms=$((RANDOM % 100))
-    sleep_ms $ms
-    kill_relay_now $s $ms
-    start_relay --set relay.batch_size=$RELAY_BATCH
+    # killed once it has settled part of this transaction's events and a random 0-40 ms more
+    # (a fixed delay after the commit finds a fast relay done with all of them)
+    t0=$(now_ms)
+    while (($(published_count) <= p_before)) && (($(now_ms) - t0 < 10000)); do sleep 0.01; done
+    sleep_ms $((RANDOM % 40))
+    kill_relay_now $s $(($(now_ms) - t0))
+    start_relay "${RELAY_OPTS[@]}"
     # the consumer needs a few seconds to join its group again: kill it once it is consuming
     before=$(inbox_count)
     wait_until '(( $(inbox_count) > before ))' 30 || true
