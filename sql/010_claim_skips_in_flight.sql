@@ -29,8 +29,9 @@ DECLARE
     c         refcursor;
     v_park    bigint[] := '{}';
     v_until   timestamptz[] := '{}';
-    v_range   int8range;
+    v_ranges  int8range[] := ARRAY(SELECT x FROM unnest(p_in_flight) x);  -- in id order
     v_from    bigint := -9223372036854775808;  -- the gap being walked starts here
+    v_last    bigint;                          -- and ends here
     v_left    integer := p_limit;
     v_n       integer;
     -- Sharded claims are composed per call: the shard index serves only a query naming the
@@ -66,11 +67,14 @@ BEGIN
     IF p_shards <= 1 OR cardinality(v_shards) = p_shards THEN
         -- every shard: static statements (v_read over v_ready without a shard condition),
         -- planned once per session; this is the hot path
-        IF NOT v_waiting AND (SELECT count(*) FROM unnest(p_in_flight)) <= 8 THEN
+        IF NOT v_waiting AND cardinality(v_ranges) <= 8 THEN
             -- the gaps between the ranges in flight, in id order, each one index range scan:
             -- the rows in flight are not walked over (a relay has up to three batches out)
-            FOR v_range IN SELECT x FROM unnest(p_in_flight) x LOOP
-                IF lower(v_range) IS NOT NULL THEN
+            -- gap i ends before range i; the last one (i = n + 1) is open at the top
+            FOR i IN 1 .. cardinality(v_ranges) + 1 LOOP
+                v_last := CASE WHEN i <= cardinality(v_ranges) THEN lower(v_ranges[i]) - 1
+                               ELSE 9223372036854775807 END;
+                IF v_last IS NOT NULL THEN
                     RETURN QUERY
                     SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,
                            o.payload::text, o.headers::text, o.destination,
@@ -78,24 +82,14 @@ BEGIN
                            false, o.sequence
                     FROM postbox.outbox o
                     WHERE o.published_at IS NULL AND NOT o.waiting
-                      AND o.id >= v_from AND o.id < lower(v_range)
+                      AND o.id BETWEEN v_from AND v_last
                     ORDER BY o.id LIMIT v_left;
                     GET DIAGNOSTICS v_n = ROW_COUNT;
                     v_left := v_left - v_n;
                 END IF;
-                IF v_left <= 0 OR upper(v_range) IS NULL THEN
-                    RETURN;
-                END IF;
-                v_from := upper(v_range);
+                EXIT WHEN v_left <= 0 OR i > cardinality(v_ranges) OR upper(v_ranges[i]) IS NULL;
+                v_from := upper(v_ranges[i]);
             END LOOP;
-            RETURN QUERY
-            SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,
-                   o.payload::text, o.headers::text, o.destination,
-                   (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts, false,
-                   o.sequence
-            FROM postbox.outbox o
-            WHERE o.published_at IS NULL AND NOT o.waiting AND o.id >= v_from
-            ORDER BY o.id LIMIT v_left;
             RETURN;
         END IF;
         IF NOT v_waiting THEN
