@@ -73,6 +73,15 @@ static void ids_append(id_list_t *l, const int64_t *ids, size_t n)
     l->n += n;
 }
 
+/* l = the ids of the events ob holds */
+static void ids_of(id_list_t *l, const pb_outbox_t *ob)
+{
+    l->n = 0;
+    ids_reserve(l, ob->n_events);
+    for (size_t i = 0; i < ob->n_events; i++)
+        l->ids[l->n++] = ob->events[i].id;
+}
+
 static void ids_swap(id_list_t *a, id_list_t *b)
 {
     id_list_t t = *a;
@@ -342,10 +351,7 @@ static pb_status_t poll_overlap(pb_capture_t *cap, pb_error_t *err)
 {
     poll_capture_t *p = (poll_capture_t *)cap;
     id_list_t *ids = &p->scratch;
-    ids->n = 0;
-    ids_reserve(ids, p->cur->n_events);
-    for (size_t i = 0; i < p->cur->n_events; i++)
-        ids->ids[ids->n++] = p->cur->events[i].id;
+    ids_of(ids, p->cur);
     if (p->settle_pending)
         ids_append(ids, p->settle_ids.ids, p->settle_ids.n);
     if (p->commit_queued)
@@ -362,11 +368,7 @@ static pb_status_t poll_settle(pb_capture_t *cap, const pb_result_t *results,
     if (st != PB_OK)
         return st;
     PB_ASSERT(!p->settle_pending);
-    id_list_t *ids = &p->settle_ids;
-    ids->n = 0;
-    ids_reserve(ids, p->cur->n_events);
-    for (size_t i = 0; i < p->cur->n_events; i++)
-        ids->ids[ids->n++] = p->cur->events[i].id;
+    ids_of(&p->settle_ids, p->cur);
     pb_settle_counts_t counts;
     pb_outbox_build_arrays(p->cur, results, plans, &counts);
     pb_outbox_release_batch(p->cur);
