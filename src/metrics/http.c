@@ -172,16 +172,16 @@ pb_status_t pb_http_new(const char *listen, const char *token, pb_http_t **out,
     sigaddset(&block, SIGINT);
     pthread_sigmask(SIG_BLOCK, &block, &old);
     pb_http_t *srv = pb_malloc(sizeof *srv);
-    srv->authorization = NULL;
+    memset(srv, 0, sizeof *srv); /* pb_http_free of a server that did not start stops nothing */
     if (token && *token) {
         pb_buf_t b = {0};
         pb_buf_printf(&b, "Bearer %s", token);
         srv->authorization = b.data;
     }
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)32, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
+        flags, (uint16_t)port, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)32, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     freeaddrinfo(ai);
     if (!d) {

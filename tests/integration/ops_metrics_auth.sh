@@ -49,4 +49,18 @@ c=$(code "$URL/metrics")
 stop_relay
 rm -f "$PB_TMP/token" "$PB_TMP/body"
 if grep -rl PbSec "$PB_TMP" >/dev/null; then fail "the token is in $(grep -rl PbSec "$PB_TMP")"; fi
+
+# metrics.listen on a port another process holds: a clear error and exit 1 (it crashed once, when
+# the server that did not start was freed)
+python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); print(s.getsockname()[1], flush=True)
+time.sleep(30)' >"$PB_TMP/held_port" &
+PB_PIDS+=($!)
+wait_until '[[ -s $PB_TMP/held_port ]]' 10 || fail "no port held for the check"
+held=$(<"$PB_TMP/held_port")
+rc=0
+out=$("$POSTBOX_BIN" --set metrics.listen=127.0.0.1:$held relay 2>&1) || rc=$?
+((rc == 1)) || fail "relay with metrics.listen on a port in use exited with $rc, expected 1: ${out: -300}"
+grep -q "metrics.listen \"127.0.0.1:$held\": cannot listen" <<<"$out" || fail "no clear error for a port in use: ${out: -300}"
+say "metrics.listen on a port in use: exit 1, \"cannot listen\""
 say "ok"
