@@ -10,7 +10,9 @@
  * results (a relay that dies while its settle runs commits nothing: the server rolls it back),
  * and its result is read in the next round. The claim of k+1 therefore skips the ids of
  * batches k, k-1 and k-2 (whose COMMIT may still be under way), and cannot see their outcomes:
- * its events are checked against their failures by the driver (holdback.h). The claim takes no
+ * its events are checked against their failures by the driver (holdback.h). When nothing was
+ * claimed ahead, the settle of the batch just confirmed and the next claim run side by side in
+ * the same way (skipping that batch and the one whose COMMIT may be under way). The claim takes no
  * row locks. A crash anywhere leaves unsettled rows pending, to be published again (at least
  * once).
  *
@@ -313,6 +315,24 @@ static void swap(pb_outbox_t **a, pb_outbox_t **b)
     *b = t;
 }
 
+/* The multirange of the ids a claim sent now must skip: those of cur (when with_cur), of
+ * settling when its settle is sent beside the claim, and of the batch whose COMMIT may still be
+ * under way: all are still pending in the claim's view. */
+static const char *in_flight(poll_capture_t *p, bool with_cur)
+{
+    id_list_t *ids = &p->scratch;
+    if (with_cur)
+        ids_of(ids, p->cur);
+    else
+        ids->n = 0;
+    if (p->settle_pending)
+        ids_append(ids, p->settle_ids.ids, p->settle_ids.n);
+    if (p->commit_queued)
+        ids_append(ids, p->commit_ids.ids, p->commit_ids.n);
+    pb_outbox_id_ranges(ids->ids, ids->n, &p->in_flight);
+    return p->in_flight.data;
+}
+
 static pb_status_t poll_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_t *err)
 {
     poll_capture_t *p = (poll_capture_t *)cap;
@@ -324,20 +344,24 @@ static pb_status_t poll_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_
         p->ahead_ready = false;
         b->behind_unsettled = true;
     } else {
-        /* Nothing ahead: write what is settled, then claim (it sees every outcome). A claim that
-         * only set events aside looks again at once: more may follow them. */
+        /* Nothing ahead: the settle of the last batch and a claim, side by side. A claim sent
+         * with nothing unsettled sees every outcome. A claim that only set events aside looks
+         * again at once: more may follow them. */
         pb_status_t st;
+        bool blind;
         do {
-            if ((st = send_round(p, NULL, err)) != PB_OK || (st = collect(p, err)) != PB_OK ||
-                (st = finish_commit(p, err)) != PB_OK ||
-                (st = send_round(p, "{}", err)) != PB_OK || (st = collect(p, err)) != PB_OK)
+            if (!p->settle_pending && (st = read_commit(p, err)) != PB_OK)
+                return st;
+            blind = p->settle_pending;
+            if ((st = send_round(p, in_flight(p, false), err)) != PB_OK ||
+                (st = collect(p, err)) != PB_OK)
                 return st;
         } while (!p->ahead_ready && p->ahead->n_parked > 0 && !*cap->stop);
         if (!p->ahead_ready)
             return PB_OK;
         swap(&p->cur, &p->ahead);
         p->ahead_ready = false;
-        b->behind_unsettled = false;
+        b->behind_unsettled = blind;
     }
     p->cur_out = true;
     b->events = p->cur->events;
@@ -345,19 +369,10 @@ static pb_status_t poll_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_
     return PB_OK;
 }
 
-/* The claim of ahead skips cur, settling when its settle runs beside the claim, and the batch
- * whose COMMIT may still be under way: all are still pending in the claim's view. */
 static pb_status_t poll_overlap(pb_capture_t *cap, pb_error_t *err)
 {
     poll_capture_t *p = (poll_capture_t *)cap;
-    id_list_t *ids = &p->scratch;
-    ids_of(ids, p->cur);
-    if (p->settle_pending)
-        ids_append(ids, p->settle_ids.ids, p->settle_ids.n);
-    if (p->commit_queued)
-        ids_append(ids, p->commit_ids.ids, p->commit_ids.n);
-    pb_outbox_id_ranges(ids->ids, ids->n, &p->in_flight);
-    return send_round(p, p->in_flight.data, err);
+    return send_round(p, in_flight(p, true), err);
 }
 
 static pb_status_t poll_settle(pb_capture_t *cap, const pb_result_t *results,
@@ -468,7 +483,9 @@ static pb_status_t poll_drained(pb_capture_t *cap, bool *done, pb_error_t *err)
     poll_capture_t *p = (poll_capture_t *)cap;
     int64_t pending;
     p->ahead->conn = p->conn;
-    pb_status_t st = pb_outbox_pending(p->ahead, &pending, err);
+    pb_status_t st = p->settle_pending ? PB_OK : finish_commit(p, err);
+    if (st == PB_OK)
+        st = pb_outbox_pending(p->ahead, &pending, err);
     *done = st == PB_OK && pending == 0 && !p->settle_pending && !p->commit_queued &&
             !p->ahead_ready;
     return st;
