@@ -115,12 +115,14 @@ backlog_fill() {
 }
 backlog_kill() { local p; for p in "${FILL_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; }
 
-# backlog_stats [ROWS_EXPECTED]: ANALYZE (analyzed) or not (stale), then what the planner sees of
-# postbox.outbox just before the relay starts, into $TMP/fill.last:
-# "fill-seconds transactions reltuples relpages planner-rows pages"
+# backlog_stats [ROWS_EXPECTED]: ANALYZE (analyzed) or not (stale), a CHECKPOINT (the drain that
+# follows does not write out the fill's pages and WAL, whose size depends on the schema of the
+# side), then what the planner sees of postbox.outbox just before the relay starts, into
+# $TMP/fill.last: "fill-seconds transactions reltuples relpages planner-rows pages"
 backlog_stats() {
     local want=${1:-$N} st
     [[ $STATS == stale ]] || sql "ANALYZE postbox.outbox" >/dev/null
+    sql "CHECKPOINT" >/dev/null
     st=$(sql "SELECT c.reltuples::bigint, c.relpages, pg_relation_size(c.oid) / current_setting('block_size')::int
                 FROM pg_class c WHERE c.oid = 'postbox.outbox'::regclass;
               EXPLAIN SELECT * FROM postbox.outbox" |

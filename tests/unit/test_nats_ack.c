@@ -34,6 +34,40 @@ static void stored_and_duplicate(void **state)
     assert_int_equal(a.kind, PB_PUBACK_STORED);
 }
 
+/* What nats-server 2.9 writes, byte for byte, and the neighbours of those shapes that the
+ * recogniser leaves to jansson: each must come out as jansson reads it. */
+static void common_shapes_and_neighbours(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        pb_puback_kind_t kind;
+        uint64_t seq;
+    } cases[] = {
+        {"{\"stream\":\"PB_PEEK\", \"seq\":1}", PB_PUBACK_STORED, 1},
+        {"{\"stream\":\"PB_PEEK\", \"seq\":2,\"duplicate\": true}", PB_PUBACK_DUPLICATE, 2},
+        {"{\"stream\":\"S\",\"seq\":0}", PB_PUBACK_STORED, 0},
+        {"{\"stream\":\"S\",\"seq\":1,\"duplicate\":false}\r\n", PB_PUBACK_STORED, 1},
+        {"{\"stream\":\"S\\u0041\",\"seq\":5}", PB_PUBACK_STORED, 5},   /* escape */
+        {"{\"stream\":\"\xc3\xa9\",\"seq\":6}", PB_PUBACK_STORED, 6},   /* UTF-8 */
+        {"{\"seq\":7,\"stream\":\"S\"}", PB_PUBACK_STORED, 7},            /* other order */
+        {"{\"stream\":\"S\",\"seq\":8,\"duplicate\":true,\"x\":1}", PB_PUBACK_DUPLICATE, 8},
+        {"{\"stream\":\"S\",\"seq\":01}", PB_PUBACK_INVALID, 0},
+        {"{\"stream\":\"S\",\"seq\":9223372036854775808}", PB_PUBACK_INVALID, 0},
+        {"{\"stream\":\"S\",\"seq\":1,\"duplicate\":truex}", PB_PUBACK_INVALID, 0},
+        {"{\"stream\":\"S\",\"seq\":1,\"duplicate\":true,}", PB_PUBACK_INVALID, 0},
+        {"{\"stream\":\"S\",\"seq\":1,\"seq\":2}", PB_PUBACK_INVALID, 0},  /* a key twice */
+        {"{\"stream\":\"S\",\"seq\":1}}", PB_PUBACK_INVALID, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pb_puback_t a = parse(cases[i].text);
+        if (a.kind != cases[i].kind || (a.kind != PB_PUBACK_INVALID && a.seq != cases[i].seq))
+            fail_msg("%s: kind %d seq %llu", cases[i].text, (int)a.kind,
+                     (unsigned long long)a.seq);
+        assert_true(a.kind == PB_PUBACK_INVALID ? a.text[0] != '\0' : a.text[0] == '\0');
+    }
+}
+
 static void refused(void **state)
 {
     (void)state;
@@ -113,6 +147,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(stored_and_duplicate),
+        cmocka_unit_test(common_shapes_and_neighbours),
         cmocka_unit_test(refused),
         cmocka_unit_test(invalid),
     };
