@@ -28,7 +28,8 @@ total=$((N_TX * PER_TX))
 on_exit 'services start amqp >/dev/null 2>&1 || echo "[consume_exactly_once] could not restart RabbitMQ" >&2'
 
 outbox_count() { psql_q "SELECT count(*) FROM postbox.outbox_all"; }
-sleep_ms() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
+# a negative time (a kill planned before the previous one) sleeps 0
+sleep_ms() { local ms=$(($1 > 0 ? $1 : 0)); sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"; }
 
 # One committed producer transaction of PER_TX deposits: random accounts, amounts -500..1499.
 produce_committed() {

@@ -32,7 +32,8 @@ RELAY_OPTS=(--set relay.batch_size=$RELAY_BATCH --set kafka.linger.ms=20)
 
 outbox_count() { psql_q "SELECT count(*) FROM postbox.outbox_all"; }
 group_lag() { kafka_tool lag "$POSTBOX_KAFKA_BROKERS" "$POSTBOX_KAFKA_GROUP" "$TOPIC" 2>/dev/null || echo -1; }
-sleep_ms() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
+# a negative time (a kill planned before the previous one) sleeps 0
+sleep_ms() { local ms=$(($1 > 0 ? $1 : 0)); sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 dup_lines() { cat "$CONSUMER_LOG" "$CONSUMER2_LOG" | grep -c 'duplicate message' || true; }
 CONSUMER2_LOG=$PB_TMP/consumer2.log

@@ -35,7 +35,8 @@ consumer_backlog() {
     a=${info#*ack_pending=}; a=${a%% *}
     echo $((p + a))
 }
-sleep_ms() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
+# a negative time (a kill planned before the previous one) sleeps 0
+sleep_ms() { local ms=$(($1 > 0 ? $1 : 0)); sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"; }
 dup_lines() { grep -c 'duplicate message' "$CONSUMER_LOG" || true; }
 
 produce_committed() {

@@ -79,7 +79,8 @@ diagnose_missing() {
     printf 'group: pending %s; consumers:\n' "$(group_pending)" >&2
     redis_cli XINFO CONSUMERS "$STREAM" "$GROUP" 2>&1 | paste - - - - - - | head -20 >&2 || true
 }
-sleep_ms() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
+# a negative time (a kill planned before the previous one) sleeps 0
+sleep_ms() { local ms=$(($1 > 0 ? $1 : 0)); sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"; }
 dup_lines() { grep -c 'duplicate message' "$CONSUMER_LOG" || true; }
 
 produce_committed() {
