@@ -15,6 +15,8 @@
 #define FAC "cdc"
 #define PG_EPOCH_OFFSET_US 946684800000000LL /* 2000-01-01 in unix microseconds */
 #define REPORT_MIN_GAP_MS 100
+/* How long a clean close waits for the server to end the copy (having read the last status). */
+#define CLOSE_WAIT_MS 2000
 
 bool pb_lsn_parse(const char *text, uint64_t *lsn)
 {
@@ -158,6 +160,7 @@ pb_status_t pb_cdc_stream_open(pb_cdc_stream_t *s, const pb_config_t *cfg, pb_er
         return st;
     }
     PQclear(res);
+    s->copying = true;
     if (PQsetnonblocking(s->conn, 1) != 0) {
         pb_cdc_stream_close(s);
         return pb_fail(err, PB_TRANSIENT, "cannot make the replication connection non-blocking");
@@ -252,6 +255,7 @@ pb_status_t pb_cdc_stream_read(pb_cdc_stream_t *s, int64_t timeout_ms, const cha
             continue;
         }
         if (n == -1) {
+            s->copying = false;
             PGresult *res = PQgetResult(s->conn);
             pb_status_t st = pb_pg_check(s->conn, res, PGRES_COMMAND_OK, "replication stream ended", err);
             if (st == PB_OK) {
@@ -287,6 +291,42 @@ pb_status_t pb_cdc_stream_read(pb_cdc_stream_t *s, int64_t timeout_ms, const cha
     }
 }
 
+/* Ends the copy after the last status update, then reads (and drops) what the server still sends
+ * until it ends its side: closing at once, with data unread, resets the connection, and the
+ * server may drop the status update with it. Bounded by CLOSE_WAIT_MS. */
+static void end_copy(pb_cdc_stream_t *s)
+{
+    pb_error_t ignored;
+    if (send_status(s, false, &ignored) != PB_OK || PQputCopyEnd(s->conn, NULL) != 1)
+        return;
+    int64_t until = pb_monotonic_ms() + CLOSE_WAIT_MS;
+    for (;;) {
+        if (PQflush(s->conn) < 0)
+            return;
+        char *buf = NULL;
+        int n = PQgetCopyData(s->conn, &buf, 1);
+        if (n > 0) {
+            PQfreemem(buf);
+            continue;
+        }
+        if (n < 0) /* -1: the server ended the copy (after the status update); -2: broken */
+            break;
+        int64_t left = until - pb_monotonic_ms();
+        if (left <= 0)
+            return;
+        int fd = PQsocket(s->conn);
+        fd_set rd;
+        FD_ZERO(&rd);
+        FD_SET(fd, &rd);
+        struct timeval tv = {.tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000};
+        int rc = select(fd + 1, &rd, NULL, NULL, &tv);
+        if ((rc < 0 && errno != EINTR) || (rc > 0 && !PQconsumeInput(s->conn)))
+            return;
+    }
+    for (PGresult *res; (res = PQgetResult(s->conn)) != NULL;)
+        PQclear(res);
+}
+
 void pb_cdc_stream_close(pb_cdc_stream_t *s)
 {
     if (s->buf) {
@@ -295,12 +335,9 @@ void pb_cdc_stream_close(pb_cdc_stream_t *s)
     }
     if (!s->conn)
         return;
-    if (PQstatus(s->conn) == CONNECTION_OK && PQisBusy(s->conn)) {
-        pb_error_t ignored;
-        if (send_status(s, false, &ignored) == PB_OK)
-            PQputCopyEnd(s->conn, NULL);
-        PQflush(s->conn);
-    }
+    if (s->copying && PQstatus(s->conn) == CONNECTION_OK)
+        end_copy(s);
+    s->copying = false;
     PQfinish(s->conn);
     s->conn = NULL;
 }

@@ -24,6 +24,7 @@ typedef struct pb_cdc_stream {
     uint64_t reported_lsn;  /* confirmed_lsn as last sent */
     int64_t last_report_ms;
     bool in_use_elsewhere;  /* open failed because another relay streams the slot */
+    bool copying;           /* the server streams (START_REPLICATION answered, no end seen) */
 } pb_cdc_stream_t;
 
 /* Ensures the publication (inserts of postbox.outbox only) and the slot exist, then starts
@@ -41,7 +42,8 @@ pb_status_t pb_cdc_stream_read(pb_cdc_stream_t *s, int64_t timeout_ms, const cha
  * when it changed and the last one is older than 100 ms, or when the status interval passed. */
 pb_status_t pb_cdc_stream_confirm(pb_cdc_stream_t *s, uint64_t lsn, pb_error_t *err) PB_MUSTCHECK;
 
-/* Final status update, CopyDone, and close. Accepts a closed stream. */
+/* While streaming: a final status update (confirmed_lsn, whatever the 100 ms gap), CopyDone, and
+ * a short wait for the server's end of the copy; then closes. Accepts a closed stream. */
 void pb_cdc_stream_close(pb_cdc_stream_t *s);
 
 /* "16/B374D848" <-> 64-bit LSN. */

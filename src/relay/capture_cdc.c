@@ -8,6 +8,7 @@
  * stream) until it is published or dead-lettered, so per-aggregate order holds for everything
  * after a failure. While the broker acknowledges a batch, the next one is decoded from what the
  * stream already holds. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,13 +42,14 @@
 
 /* A relayed outbox row to be marked published. A row can come through the stream a moment
  * before its transaction is visible to other sessions (the commit record is flushed first), so
- * a mark that finds nothing is tried again with the next batches. */
+ * a mark that finds nothing is tried again with the next batches, for MARK_GIVE_UP_MS: a row
+ * still missing then is gone (deleted while the stream held it), not late. */
 typedef struct mark {
     int64_t id;
-    int tries;
+    int64_t first_tried_ms; /* 0: not tried yet */
 } mark_t;
 
-#define MARK_TRIES 200
+#define MARK_GIVE_UP_MS 5000
 /* Publishing waits for the mark in flight only when more than this many batches' rows wait for
  * the next one: the marks follow the stream at their own pace, in larger statements. */
 #define MARK_QUEUE_BATCHES 8
@@ -367,14 +369,14 @@ static void read_ahead(cdc_capture_t *r)
     r->b = cur;
 }
 
-static void add_mark(cdc_capture_t *r, int64_t id, int tries)
+static void add_mark(cdc_capture_t *r, int64_t id)
 {
     if (r->n_marks == r->cap_marks) {
         r->cap_marks = r->cap_marks ? r->cap_marks * 2 : 1024;
         r->marks = pb_realloc(r->marks, r->cap_marks * sizeof *r->marks);
         r->mark_ids = pb_realloc(r->mark_ids, r->cap_marks * sizeof *r->mark_ids);
     }
-    r->marks[r->n_marks++] = (mark_t){id, tries};
+    r->marks[r->n_marks++] = (mark_t){id, 0};
 }
 
 static int compare_ids(const void *a, const void *b)
@@ -408,21 +410,29 @@ static pb_status_t finish_mark(cdc_capture_t *r, bool wait, pb_error_t *err)
         found[i] = strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
     PQclear(res);
     qsort(found, n_found, sizeof *found, compare_ids);
-    size_t kept = 0;
+    size_t kept = 0, n_lost = 0;
+    int64_t now = pb_monotonic_ms(), lost_lo = INT64_MAX, lost_hi = 0;
     for (size_t i = 0; i < r->n_marks; i++) {
         mark_t m = r->marks[i];
         if (i < r->n_sent) {
             if (bsearch(&m.id, found, n_found, sizeof *found, compare_ids))
                 continue;
-            if (++m.tries >= MARK_TRIES) {
-                log_warn(FAC, "outbox row %lld was relayed but could not be marked published "
-                              "(not visible after %d tries); it stays pending",
-                         (long long)m.id, m.tries);
+            if (m.first_tried_ms == 0)
+                m.first_tried_ms = now;
+            else if (now - m.first_tried_ms >= MARK_GIVE_UP_MS) {
+                n_lost++;
+                lost_lo = m.id < lost_lo ? m.id : lost_lo;
+                lost_hi = m.id > lost_hi ? m.id : lost_hi;
                 continue;
             }
         }
         r->marks[kept++] = m;
     }
+    if (n_lost)
+        log_warn(FAC, "%zu relayed outbox row(s) between ids %lld and %lld could not be marked "
+                      "published: not found for %d s (deleted while the stream held them?); any "
+                      "that appears later stays pending",
+                 n_lost, (long long)lost_lo, (long long)lost_hi, MARK_GIVE_UP_MS / 1000);
     r->n_marks = kept;
     r->n_sent = 0;
     free(found);
@@ -436,7 +446,7 @@ static void queue_marks(cdc_capture_t *r, const pb_result_t *results)
     if (r->base.cfg->cdc_mark_published && !r->base.cfg->cdc_delete_after_insert)
         for (size_t i = 0; i < r->b->n; i++)
             if (r->b->events[i].id > 0 && results[i].outcome == PB_OUT_PUBLISHED)
-                add_mark(r, r->b->events[i].id, 0);
+                add_mark(r, r->b->events[i].id);
 }
 
 /* Sends every queued row in one mark unless one is in flight (then lsn waits with them), or,
