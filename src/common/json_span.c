@@ -7,7 +7,7 @@ static bool is_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-static size_t skip_space(const char *s, size_t len, size_t i)
+size_t pb_json_skip_space(const char *s, size_t len, size_t i)
 {
     while (i < len && is_space(s[i]))
         i++;
@@ -83,19 +83,19 @@ bool pb_json_member(const char *text, size_t len, const char *key, const char **
                     size_t *val_len)
 {
     size_t klen = strlen(key);
-    size_t i = skip_space(text, len, 0);
+    size_t i = pb_json_skip_space(text, len, 0);
     if (i >= len || text[i] != '{')
         return false;
-    i = skip_space(text, len, i + 1);
+    i = pb_json_skip_space(text, len, i + 1);
     while (i < len && text[i] == '"') {
         size_t n = string_len(text + i, len - i);
         if (n == 0)
             return false;
         bool match = n == klen + 2 && memcmp(text + i + 1, key, klen) == 0;
-        i = skip_space(text, len, i + n);
+        i = pb_json_skip_space(text, len, i + n);
         if (i >= len || text[i] != ':')
             return false;
-        i = skip_space(text, len, i + 1);
+        i = pb_json_skip_space(text, len, i + 1);
         size_t v = pb_json_value_len(text + i, len - i);
         if (v == 0)
             return false;
@@ -104,9 +104,9 @@ bool pb_json_member(const char *text, size_t len, const char *key, const char **
             *val_len = v;
             return true;
         }
-        i = skip_space(text, len, i + v);
+        i = pb_json_skip_space(text, len, i + v);
         if (i < len && text[i] == ',')
-            i = skip_space(text, len, i + 1);
+            i = pb_json_skip_space(text, len, i + 1);
     }
     return false;
 }

@@ -14,6 +14,9 @@
 #define PB_JSON_MAX_DEPTH 512
 size_t pb_json_value_len(const char *s, size_t len);
 
+/* The first index from i on in s[0..len) that is not JSON white space (len when none). */
+size_t pb_json_skip_space(const char *s, size_t len, size_t i);
+
 /* The raw text of member `key` of the top-level object text[0..len): *val and *val_len. False
  * when text is not an object, is malformed before the member, or has no such key. Keys are
  * compared as written (an escaped key matches only its escaped form). */

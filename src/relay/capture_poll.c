@@ -486,8 +486,7 @@ static pb_status_t poll_drained(pb_capture_t *cap, bool *done, pb_error_t *err)
     pb_status_t st = p->settle_pending ? PB_OK : finish_commit(p, err);
     if (st == PB_OK)
         st = pb_outbox_pending(p->ahead, &pending, err);
-    *done = st == PB_OK && pending == 0 && !p->settle_pending && !p->commit_queued &&
-            !p->ahead_ready;
+    *done = st == PB_OK && pending == 0 && !p->settle_pending && !p->ahead_ready;
     return st;
 }
 

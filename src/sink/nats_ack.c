@@ -13,6 +13,8 @@
 
 #include <jansson.h>
 
+#include "common/json_span.h"
+
 static void invalid(pb_puback_t *ack, const char *why)
 {
     ack->kind = PB_PUBACK_INVALID;
@@ -58,8 +60,7 @@ typedef struct shape {
 
 static void skip_ws(shape_t *c)
 {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
-        c->p++;
+    c->p += pb_json_skip_space(c->p, (size_t)(c->end - c->p), 0);
 }
 
 /* Optional white space, then exactly lit. */
