@@ -225,6 +225,18 @@ static pb_status_t on_copy_data(pb_cdc_stream_t *s, const char *buf, int n, cons
     return pb_fail(err, PB_TRANSIENT, "replication: unknown message type 0x%02x", u[0]);
 }
 
+/* Waits up to ms for the connection's socket to be readable: select's result (errno set when
+ * negative). */
+static int wait_readable(PGconn *conn, int64_t ms)
+{
+    int fd = PQsocket(conn);
+    fd_set rd;
+    FD_ZERO(&rd);
+    FD_SET(fd, &rd);
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    return select(fd + 1, &rd, NULL, NULL, &tv);
+}
+
 pb_status_t pb_cdc_stream_read(pb_cdc_stream_t *s, int64_t timeout_ms, const char **data,
                                size_t *len, pb_error_t *err)
 {
@@ -276,12 +288,7 @@ pb_status_t pb_cdc_stream_read(pb_cdc_stream_t *s, int64_t timeout_ms, const cha
                 return pb_fail(err, PB_TRANSIENT, "replication stream: %s", PQerrorMessage(s->conn));
             continue;
         }
-        int fd = PQsocket(s->conn);
-        fd_set rd;
-        FD_ZERO(&rd);
-        FD_SET(fd, &rd);
-        struct timeval tv = {.tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000};
-        int rc = select(fd + 1, &rd, NULL, NULL, &tv);
+        int rc = wait_readable(s->conn, left);
         if (rc < 0 && errno == EINTR)
             return PB_OK; /* a signal: let the caller look at its stop flag */
         if (rc < 0)
@@ -314,12 +321,7 @@ static void end_copy(pb_cdc_stream_t *s)
         int64_t left = until - pb_monotonic_ms();
         if (left <= 0)
             return;
-        int fd = PQsocket(s->conn);
-        fd_set rd;
-        FD_ZERO(&rd);
-        FD_SET(fd, &rd);
-        struct timeval tv = {.tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000};
-        int rc = select(fd + 1, &rd, NULL, NULL, &tv);
+        int rc = wait_readable(s->conn, left);
         if ((rc < 0 && errno != EINTR) || (rc > 0 && !PQconsumeInput(s->conn)))
             return;
     }

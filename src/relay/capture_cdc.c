@@ -46,7 +46,7 @@
  * still missing then is gone (deleted while the stream held it), not late. */
 typedef struct mark {
     int64_t id;
-    int64_t first_tried_ms; /* 0: not tried yet */
+    int64_t first_missed_ms; /* when a mark first did not find it (0: not yet) */
 } mark_t;
 
 #define MARK_GIVE_UP_MS 5000
@@ -417,9 +417,9 @@ static pb_status_t finish_mark(cdc_capture_t *r, bool wait, pb_error_t *err)
         if (i < r->n_sent) {
             if (bsearch(&m.id, found, n_found, sizeof *found, compare_ids))
                 continue;
-            if (m.first_tried_ms == 0)
-                m.first_tried_ms = now;
-            else if (now - m.first_tried_ms >= MARK_GIVE_UP_MS) {
+            if (m.first_missed_ms == 0)
+                m.first_missed_ms = now;
+            else if (now - m.first_missed_ms >= MARK_GIVE_UP_MS) {
                 n_lost++;
                 lost_lo = m.id < lost_lo ? m.id : lost_lo;
                 lost_hi = m.id > lost_hi ? m.id : lost_hi;
