@@ -10,6 +10,13 @@
 #   BENCH_STATS=stale     autovacuum off on postbox.outbox; before each backlog the drained outbox
 #                         is vacuumed and analyzed (as autovacuum would after the drain), the
 #                         backlog is not: pg_class still says ~0 rows when the relay starts
+#   BENCH_SEQUENCE=on     outbox rows get their aggregate's sequence number (schema 9), as
+#                         every producer's do (the default)
+#   BENCH_SEQUENCE=off    an ablation, not a user's case: the numbering trigger is disabled on
+#                         the scratch outbox after init, so the rows have none and the relay sends
+#                         no aggregate_sequence header, the messages of a binary before schema 9
+#                         (the fill writes no aggregate_sequences rows either; postbox.emit,
+#                         relay-cdc's emit mode, still numbers its events)
 #
 # The including script defines $TMP, $N, $PAD and sql (SQL on stdin-string -> the current
 # database), and calls backlog_empty, backlog_fill FUNCTION, backlog_stats before each relay run.
@@ -17,17 +24,20 @@
 FILL=${BENCH_FILL:-bulk}
 STATS=${BENCH_STATS:-analyzed}
 FILL_CLIENTS=${BENCH_FILL_CLIENTS:-8}
+SEQUENCE=${BENCH_SEQUENCE:-on}
 FILL_PIDS=()
 
 backlog_check() { # NAME
     [[ $FILL == bulk || $FILL == txns ]] || { echo "$1: BENCH_FILL must be bulk or txns: '$FILL'" >&2; exit 2; }
     [[ $STATS == analyzed || $STATS == stale ]] || { echo "$1: BENCH_STATS must be analyzed or stale: '$STATS'" >&2; exit 2; }
+    [[ $SEQUENCE == on || $SEQUENCE == off ]] || { echo "$1: BENCH_SEQUENCE must be on or off: '$SEQUENCE'" >&2; exit 2; }
     [[ $FILL_CLIENTS =~ ^[1-9][0-9]*$ ]] || { echo "$1: BENCH_FILL_CLIENTS must be a positive integer: '$FILL_CLIENTS'" >&2; exit 2; }
 }
 backlog_describe() {
     local f s
     if [[ $FILL == bulk ]]; then f="fill bulk"; else f="fill txns ($FILL_CLIENTS parallel sessions, transactions of 1-10 events)"; fi
     if [[ $STATS == analyzed ]]; then s="stats analyzed after the fill"; else s="stats stale (analyzed empty, autovacuum off on postbox.outbox)"; fi
+    [[ $SEQUENCE == on ]] || s="$s, sequence numbering off (ablation: no aggregate_sequence header)"
     echo "$f, $s"
 }
 
@@ -45,8 +55,15 @@ fresh_db_after() { # BIN
     if [[ $STATS == stale ]]; then
         psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" -c "ALTER TABLE postbox.outbox SET (autovacuum_enabled = false)" >/dev/null
     fi
-    local av=
+    local av= trig
     [[ $STATS == analyzed ]] || av=", autovacuum off on postbox.outbox"
+    if [[ $SEQUENCE == off ]]; then
+        trig=$(psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" -c "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'postbox.outbox'::regclass AND tgname = 'outbox_sequence'")
+        if ((trig)); then
+            psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" -c "ALTER TABLE postbox.outbox DISABLE TRIGGER outbox_sequence" >/dev/null
+            av="$av, sequence numbering off"
+        fi
+    fi
     echo "            database ${POSTBOX_PG_DSN##*/}: created fresh (no postbox schema before), initialised by $1 init, outbox empty$av"
 }
 

@@ -46,6 +46,8 @@ typedef struct pb_capture_ops {
     /* Drops every connection; what was not settled is found again after the next connect. */
     void (*disconnect)(pb_capture_t *cap);
 
+    /* Whether a batch is in hand (read or claimed ahead), so that next returns it at once. */
+    bool (*ready)(const pb_capture_t *cap);
     /* The next batch (b->n == 0: nothing now, after waiting at most a short while). */
     pb_status_t (*next)(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_t *err);
     /* Work that overlaps the broker's acknowledgements of the batch (poll: the settle of the

@@ -625,6 +625,12 @@ static pb_status_t cdc_next(pb_capture_t *cap, pb_capture_batch_t *out, pb_error
     return PB_OK;
 }
 
+static bool cdc_ready(const pb_capture_t *cap)
+{
+    const cdc_capture_t *r = (const cdc_capture_t *)cap;
+    return !r->b_out && r->ahead_st == PB_OK && r->b->n > 0; /* settle made the read-ahead b */
+}
+
 static pb_status_t cdc_overlap(pb_capture_t *cap, pb_error_t *err)
 {
     (void)err;
@@ -738,6 +744,7 @@ static const pb_capture_ops_t cdc_ops = {
     .connect = cdc_connect,
     .connected = cdc_connected,
     .disconnect = cdc_disconnect,
+    .ready = cdc_ready,
     .next = cdc_next,
     .overlap = cdc_overlap,
     .settle = cdc_settle,

@@ -369,6 +369,11 @@ static pb_status_t poll_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_
     return PB_OK;
 }
 
+static bool poll_ready(const pb_capture_t *cap)
+{
+    return ((const poll_capture_t *)cap)->ahead_ready;
+}
+
 static pb_status_t poll_overlap(pb_capture_t *cap, pb_error_t *err)
 {
     poll_capture_t *p = (poll_capture_t *)cap;
@@ -512,6 +517,7 @@ static const pb_capture_ops_t poll_ops = {
     .connect = poll_connect,
     .connected = poll_connected,
     .disconnect = poll_disconnect,
+    .ready = poll_ready,
     .next = poll_next,
     .overlap = poll_overlap,
     .settle = poll_settle,

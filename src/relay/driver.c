@@ -36,6 +36,12 @@ typedef struct driver {
     pb_masked_t *masked; /* its masked payload and headers, until the batch is released */
     size_t *rejected;   /* indexes of the events check refused */
     size_t *retries;    /* indexes of the events that failed before */
+    /* the published events of the last batch decided, not yet counted in the metrics nor
+     * logged: per event a double (ms from commit to confirm), then "event_id\0event_type\0".
+     * Reported once the next batch is sent, while the broker works on it, so that per-event
+     * logging does not stand between two batches. */
+    pb_buf_t unreported;
+    size_t n_unreported;
     /* totals for the periodic log line */
     uint64_t published, retried, dead, logged_published;
     int64_t logged_at;
@@ -189,6 +195,38 @@ static void precheck(driver_t *d, const pb_capture_batch_t *b)
     check_untried(d, b);
 }
 
+static void note_published(driver_t *d, const pb_event_t *ev, int64_t confirmed_us)
+{
+    double delay_ms = (double)(confirmed_us - ev->created_at_us) / 1000.0;
+    const char *id = ev->event_id ? ev->event_id : "", *type = ev->event_type ? ev->event_type : "";
+    pb_buf_append(&d->unreported, (const char *)&delay_ms, sizeof delay_ms);
+    pb_buf_append(&d->unreported, id, strlen(id) + 1);
+    pb_buf_append(&d->unreported, type, strlen(type) + 1);
+    d->n_unreported++;
+}
+
+/* Counts and logs the published events noted since the last report. */
+static void report_published(driver_t *d)
+{
+    const char *sink = d->snk->ops->name;
+    const char *p = d->unreported.data;
+    for (size_t i = 0; i < d->n_unreported; i++) {
+        double delay_ms;
+        memcpy(&delay_ms, p, sizeof delay_ms);
+        const char *event_id = p + sizeof delay_ms, *event_type = event_id + strlen(event_id) + 1;
+        p = event_type + strlen(event_type) + 1;
+        pb_metrics_published(sink, event_type, delay_ms / 1000.0);
+        log_debug_f(FAC,
+                    PB_FIELDS(PB_LF_STR("event_id", event_id),
+                              PB_LF_STR("event_type", event_type),
+                              PB_LF_NUM("delay_ms", delay_ms)),
+                    "published event %s (%s) %.1f ms after its commit", event_id, event_type,
+                    delay_ms);
+    }
+    pb_buf_reset(&d->unreported);
+    d->n_unreported = 0;
+}
+
 /* Decides, per event whose outcome this round brought, between published, another attempt
  * (later, or in place) and a dead letter; counts, logs and measures it. Returns the highest
  * attempt number among the events to retry (0: none). */
@@ -197,6 +235,7 @@ static int plan(driver_t *d, const pb_capture_batch_t *b)
     const pb_config_t *cfg = d->cfg;
     const char *sink = d->snk->ops->name;
     int worst = 0;
+    int64_t now_us = pb_wall_us(); /* the batch's confirms are in */
     for (size_t i = 0; i < b->n; i++) {
         if (d->final[i])
             continue;
@@ -206,19 +245,11 @@ static int plan(driver_t *d, const pb_capture_batch_t *b)
         int attempt = ev->attempts + 1;
         memset(p, 0, sizeof *p);
         switch (r->outcome) {
-        case PB_OUT_PUBLISHED: {
-            double delay_ms = (double)(pb_wall_us() - ev->created_at_us) / 1000.0;
-            pb_metrics_published(sink, ev->event_type, delay_ms / 1000.0);
-            log_debug_f(FAC,
-                        PB_FIELDS(PB_LF_STR("event_id", ev->event_id),
-                                  PB_LF_STR("event_type", ev->event_type),
-                                  PB_LF_NUM("delay_ms", delay_ms)),
-                        "published event %s (%s) %.1f ms after its commit", ev->event_id,
-                        ev->event_type, delay_ms);
+        case PB_OUT_PUBLISHED:
+            note_published(d, ev, now_us);
             d->published++;
             d->final[i] = true;
             break;
-        }
         case PB_OUT_REJECT:
             p->dead = true;
             pb_text_copy(d->reasons[i], sizeof d->reasons[i], r->error);
@@ -325,6 +356,8 @@ static void release_batch(driver_t *d, pb_capture_batch_t *b)
 static pb_status_t step(driver_t *d, bool *idle, pb_error_t *err)
 {
     pb_capture_batch_t b = {0};
+    if (!d->cap->ops->ready(d->cap))
+        report_published(d); /* next may wait: the events published so far are reported now */
     pb_status_t st = d->cap->ops->next(d->cap, &b, err);
     *idle = st == PB_OK && b.n == 0;
     if (st != PB_OK || b.n == 0)
@@ -339,8 +372,10 @@ static pb_status_t step(driver_t *d, bool *idle, pb_error_t *err)
         pb_error_t sink_err;
         PB_ASSERT(d->sink_up); /* the loop and prepare_retry connect it first */
         pb_status_t sst = d->snk->ops->send(d->snk, &sb, &sink_err);
-        /* the capture's database work runs while the broker acknowledges the batch */
+        /* the capture's database work and the report of the batch before run while the broker
+         * acknowledges the batch */
         pb_status_t ost = round == 1 ? d->cap->ops->overlap(d->cap, err) : PB_OK;
+        report_published(d);
         if (sst == PB_OK)
             sst = d->snk->ops->await(d->snk, &sb, &sink_err);
         if (sst != PB_OK && d->sink_up) {
@@ -435,6 +470,8 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
         if ((st = cap->ops->tick(cap, err)) == PB_OK) {
             bool idle;
             st = step(&d, &idle, err);
+            if (st != PB_OK || idle)
+                report_published(&d);
             if (st == PB_OK && idle) {
                 bool done = false;
                 if (opts->drain && (st = cap->ops->drained(cap, &done, err)) == PB_OK && done) {
@@ -460,8 +497,10 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
                  err->msg);
     if (st != PB_FATAL)
         st = PB_OK;
+    report_published(&d);
     log_totals(&d, true);
     pb_holdback_free(&d.hold);
+    pb_buf_free(&d.unreported);
     free(d.results);
     free(d.plans);
     free(d.reasons);

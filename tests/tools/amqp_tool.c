@@ -15,11 +15,14 @@
  *       S seconds pass first (N 0: drain until idle)
  *   amqp-tool count URL QUEUE
  *       the queue's message count (passive declare)
- *   amqp-tool publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW
+ *   amqp-tool publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW [--batches] [--sequence]
  *       the benchmark's baseline: N persistent messages of SIZE bytes with publisher confirms,
- *       at most WINDOW unconfirmed (a sliding window; multiple acks handled), with the same
- *       properties and headers the relay sets; prints "published N in S seconds: R msgs/s"
- *       and the message_id of the last message (every message gets its own message_id)
+ *       at most WINDOW unconfirmed (a sliding window; multiple acks handled), with the
+ *       properties and the two aggregate headers the relay sets; prints "published N in S
+ *       seconds: R msgs/s" and the message_id of the last message (every message gets its own
+ *       message_id). --batches: WINDOW messages at a time, the next ones only once all are
+ *       confirmed (the relay's pattern with one batch in flight); --sequence: also the header
+ *       aggregate_sequence (an integer), as the relay sends it
  *   amqp-tool publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT]
  *       COUNT (default 1) copies of one persistent message, mandatory, with publisher confirms
  *       (BODY @FILE: the bytes of FILE, NUL bytes included):
@@ -475,8 +478,17 @@ static void make_uuid(char out[37], uint64_t seed, uint64_t i)
 
 static int cmd_publish_raw(int argc, char **argv)
 {
-    if (argc != 6)
-        die("usage: publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW");
+    if (argc < 6)
+        die("usage: publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW [--batches] [--sequence]");
+    bool batchwise = false, with_seq = false;
+    for (int i = 6; i < argc; i++) {
+        if (!strcmp(argv[i], "--batches"))
+            batchwise = true;
+        else if (!strcmp(argv[i], "--sequence"))
+            with_seq = true;
+        else
+            die("unknown option %s", argv[i]);
+    }
     const char *url = argv[0];
     amqp_bytes_t exchange = amqp_cstring_bytes(argv[1]);
     amqp_bytes_t rkey = amqp_cstring_bytes(argv[2]);
@@ -501,9 +513,10 @@ static int cmd_publish_raw(int argc, char **argv)
     check_reply(amqp_get_rpc_reply(conn), "confirm.select");
 
     /* The properties the relay sets: persistent, message_id, type, timestamp, content_type,
-     * app_id, headers aggregate_type/aggregate_id. */
+     * app_id, headers aggregate_type/aggregate_id (and with --sequence aggregate_sequence, the
+     * third header the relay sets since schema version 9). */
     char uuid[37], agg_id[32];
-    amqp_table_entry_t hdr[2];
+    amqp_table_entry_t hdr[3];
     hdr[0].key = amqp_cstring_bytes("aggregate_type");
     hdr[0].value.kind = AMQP_FIELD_KIND_UTF8;
     hdr[0].value.value.bytes = amqp_cstring_bytes("bench");
@@ -518,21 +531,25 @@ static int cmd_publish_raw(int argc, char **argv)
     props.delivery_mode = AMQP_DELIVERY_PERSISTENT;
     props.type = amqp_cstring_bytes("bench.raw.v1");
     props.app_id = amqp_cstring_bytes("amqp-tool");
-    props.headers.num_entries = 2;
+    hdr[2].key = amqp_cstring_bytes("aggregate_sequence");
+    hdr[2].value.kind = AMQP_FIELD_KIND_I64;
+    props.headers.num_entries = with_seq ? 3 : 2;
     props.headers.entries = hdr;
     amqp_bytes_t payload = {(size_t)size, body};
     const uint64_t seed = (uint64_t)time(NULL) * 2654435761u;
 
     const double start = now_s();
     while (s.settled < s.n) {
-        /* fill the window */
-        while (s.sent < s.n && s.sent - s.settled < (uint64_t)window) {
+        /* fill the window (--batches: only once everything sent is confirmed) */
+        while (s.sent < s.n && s.sent - s.settled < (uint64_t)window &&
+               (!batchwise || s.sent % (uint64_t)window != 0 || s.settled == s.sent)) {
             uint64_t i = s.sent + 1;
             make_uuid(uuid, seed, i);
             snprintf(agg_id, sizeof agg_id, "agg-%" PRIu64, i % 100);
             props.message_id = amqp_cstring_bytes(uuid);
             props.timestamp = (uint64_t)time(NULL);
             hdr[1].value.value.bytes = amqp_cstring_bytes(agg_id);
+            hdr[2].value.value.i64 = (int64_t)(i / 100 + 1);
             int st = amqp_basic_publish(conn, CHANNEL, exchange, rkey, 1, 0, &props, payload);
             check_status(st, "basic.publish");
             s.sent = i;

@@ -470,6 +470,13 @@ static pb_status_t fc_finish(pb_capture_t *cap, pb_error_t *err)
     return PB_OK;
 }
 
+/* next never waits here; reporting before it keeps the fake's order of events simple */
+static bool fc_ready(const pb_capture_t *cap)
+{
+    (void)cap;
+    return false;
+}
+
 static void fc_free(pb_capture_t *cap)
 {
     free(cap);
@@ -481,6 +488,7 @@ static const pb_capture_ops_t fake_poll_ops = {
     .connect = fc_connect,
     .connected = fc_connected,
     .disconnect = fc_disconnect,
+    .ready = fc_ready,
     .next = fc_next,
     .overlap = fc_overlap,
     .settle = fc_settle,
@@ -498,6 +506,7 @@ static const pb_capture_ops_t fake_inplace_ops = {
     .connect = fc_connect,
     .connected = fc_connected,
     .disconnect = fc_disconnect,
+    .ready = fc_ready,
     .next = fc_next,
     .overlap = fc_overlap,
     .settle = fc_settle,
