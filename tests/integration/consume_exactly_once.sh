@@ -11,6 +11,7 @@
 # logs show the duplicates the inbox absorbed (relay republishes and redeliveries); at least one
 # is required (forced by hand when the run produced none).
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/exactly_once_lib.sh"
 
 for _v in $(compgen -v POSTBOX_CONSUME_ || true); do unset "$_v"; done
 export POSTBOX_AMQP_QUEUE=$PB_QUEUE POSTBOX_CONSUME_CONSUMER=balances
@@ -28,25 +29,9 @@ total=$((N_TX * PER_TX))
 on_exit 'services start amqp >/dev/null 2>&1 || echo "[consume_exactly_once] could not restart RabbitMQ" >&2'
 
 outbox_count() { psql_q "SELECT count(*) FROM postbox.outbox_all"; }
-# a negative time (a kill planned before the previous one) sleeps 0
-sleep_ms() { local ms=$(($1 > 0 ? $1 : 0)); sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"; }
 
 # One committed producer transaction of PER_TX deposits: random accounts, amounts -500..1499.
-produce_committed() {
-    psql_q "BEGIN;
-            SELECT count(postbox.enqueue('account', a, 'deposit.v1',
-                                         jsonb_build_object('account', a, 'amount', (random() * 2000)::int - 500)))
-              FROM (SELECT 'acct-' || floor(random() * $N_ACC)::int AS a FROM generate_series(1, $PER_TX)) s;
-            COMMIT;" >/dev/null || fail "producer transaction failed"
-}
 # One rolled-back producer transaction: its events must never take effect.
-produce_rolled_back() {
-    psql_q "BEGIN;
-            SELECT count(postbox.enqueue('account', a, 'deposit.v1',
-                                         jsonb_build_object('account', a, 'amount', 1000000, 'rolled_back', true)))
-              FROM (SELECT 'acct-' || floor(random() * $N_ACC)::int AS a FROM generate_series(1, $ROLLBACK_PER_TX)) s;
-            ROLLBACK;" >/dev/null || fail "rolled-back producer transaction failed"
-}
 
 pb_init
 use_least_privilege # relay and consumer as members of postbox_relay / postbox_consumer
@@ -67,16 +52,6 @@ relay_kills=0 consumer_kills=0 relay_busy=0 consumer_busy=0
 relay_p0=0 consumer_i0=0
 t_start=$(date +%s)
 
-kill_relay_now() { # STEP MS
-    pid_alive "$RELAY_PID" || fail "the relay exited by itself before step $1"
-    kill_relay
-    local p pend busy=no
-    p=$(published_count); pend=$(pending_count) # after the kill: what it had committed
-    relay_kills=$((relay_kills + 1))
-    if ((p > relay_p0 && pend > 0)); then busy=yes; relay_busy=$((relay_busy + 1)); fi
-    say "step $1: SIGKILL relay $2 ms after the producer commit: published $relay_p0 -> $p during its run, pending $pend, while publishing: $busy"
-    relay_p0=$p
-}
 kill_consumer_now() { # STEP WHEN
     pid_alive "$CONSUMER_PID" || { tail -n 20 "$CONSUMER_LOG" >&2; fail "the consumer exited by itself before step $1"; }
     kill_consumer

@@ -10,6 +10,7 @@
 # each committed event exactly once. Finally the whole topic is read again by a new consumer
 # group: every message is a duplicate for the inbox and no balance changes.
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/exactly_once_lib.sh"
 source "$(dirname "$0")/kafka_lib.sh"
 
 export POSTBOX_CONSUME_SOURCE=kafka
@@ -32,8 +33,6 @@ RELAY_OPTS=(--set relay.batch_size=$RELAY_BATCH --set kafka.linger.ms=20)
 
 outbox_count() { psql_q "SELECT count(*) FROM postbox.outbox_all"; }
 group_lag() { kafka_tool lag "$POSTBOX_KAFKA_BROKERS" "$POSTBOX_KAFKA_GROUP" "$TOPIC" 2>/dev/null || echo -1; }
-# a negative time (a kill planned before the previous one) sleeps 0
-sleep_ms() { local ms=$(($1 > 0 ? $1 : 0)); sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 dup_lines() { cat "$CONSUMER_LOG" "$CONSUMER2_LOG" | grep -c 'duplicate message' || true; }
 CONSUMER2_LOG=$PB_TMP/consumer2.log
@@ -42,21 +41,6 @@ start_consumer2() { # the second member of the group, never killed
     "$POSTBOX_BIN" "${GROUP_OPTS[@]}" consume >>"$CONSUMER2_LOG" 2>&1 &
     CONSUMER2_PID=$!
     PB_PIDS+=("$CONSUMER2_PID")
-}
-
-produce_committed() {
-    psql_q "BEGIN;
-            SELECT count(postbox.enqueue('account', a, 'deposit.v1',
-                                         jsonb_build_object('account', a, 'amount', (random() * 2000)::int - 500)))
-              FROM (SELECT 'acct-' || floor(random() * $N_ACC)::int AS a FROM generate_series(1, $PER_TX)) s;
-            COMMIT;" >/dev/null || fail "producer transaction failed"
-}
-produce_rolled_back() {
-    psql_q "BEGIN;
-            SELECT count(postbox.enqueue('account', a, 'deposit.v1',
-                                         jsonb_build_object('account', a, 'amount', 1000000, 'rolled_back', true)))
-              FROM (SELECT 'acct-' || floor(random() * $N_ACC)::int AS a FROM generate_series(1, $ROLLBACK_PER_TX)) s;
-            ROLLBACK;" >/dev/null || fail "rolled-back producer transaction failed"
 }
 
 pb_init
@@ -72,16 +56,6 @@ relay_kills=0 consumer_kills=0 relay_busy=0 consumer_busy=0
 relay_p0=0 consumer_i0=0
 t_start=$(date +%s)
 
-kill_relay_now() { # STEP MS
-    pid_alive "$RELAY_PID" || fail "the relay exited by itself before step $1"
-    kill_relay
-    local p pend busy=no
-    p=$(published_count); pend=$(pending_count)
-    relay_kills=$((relay_kills + 1))
-    if ((p > relay_p0 && pend > 0)); then busy=yes; relay_busy=$((relay_busy + 1)); fi
-    say "step $1: SIGKILL relay $2 ms after the producer commit: published $relay_p0 -> $p during its run, pending $pend, while publishing: $busy"
-    relay_p0=$p
-}
 kill_consumer_now() { # STEP MS
     pid_alive "$CONSUMER_PID" || { tail -n 20 "$CONSUMER_LOG" >&2; fail "the consumer exited by itself before step $1"; }
     kill_consumer

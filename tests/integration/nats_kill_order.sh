@@ -22,8 +22,6 @@ total=$((N_AGG * N_TX * PER_AGG_TX))
 
 consumer_state() { nats_tool consumer-info "$POSTBOX_NATS_URL" "$POSTBOX_NATS_STREAM" "$DURABLE" 2>/dev/null; }
 effects() { psql_q "SELECT count(*) FROM effects"; }
-# a negative time (a kill planned before the previous one) sleeps 0
-sleep_ms() { local ms=$(($1 > 0 ? $1 : 0)); sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"; }
 produce() { # TX: events PER_AGG_TX*(TX-1)+1 .. PER_AGG_TX*TX of every aggregate, one transaction
     local from=$(($1 * PER_AGG_TX - PER_AGG_TX + 1)) to=$(($1 * PER_AGG_TX))
     psql_q "SELECT count(postbox.enqueue('order', 'agg-' || a, 'step.v1',

@@ -14,6 +14,7 @@
 # relay's republished copies). Finally the group is destroyed and created again: the whole stream
 # comes back, every entry is a duplicate for the inbox and no balance changes.
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/exactly_once_lib.sh"
 # A command that fails outside fail() (psql while PostgreSQL refuses a connection, say) ends the
 # test through set -e without a word: name it (only where set -e makes it end the test: in the
 # test's own shell, not in the exit handler).
@@ -79,24 +80,7 @@ diagnose_missing() {
     printf 'group: pending %s; consumers:\n' "$(group_pending)" >&2
     redis_cli XINFO CONSUMERS "$STREAM" "$GROUP" 2>&1 | paste - - - - - - | head -20 >&2 || true
 }
-# a negative time (a kill planned before the previous one) sleeps 0
-sleep_ms() { local ms=$(($1 > 0 ? $1 : 0)); sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"; }
 dup_lines() { grep -c 'duplicate message' "$CONSUMER_LOG" || true; }
-
-produce_committed() {
-    psql_q "BEGIN;
-            SELECT count(postbox.enqueue('account', a, 'deposit.v1',
-                                         jsonb_build_object('account', a, 'amount', (random() * 2000)::int - 500)))
-              FROM (SELECT 'acct-' || floor(random() * $N_ACC)::int AS a FROM generate_series(1, $PER_TX)) s;
-            COMMIT;" >/dev/null || fail "producer transaction failed"
-}
-produce_rolled_back() {
-    psql_q "BEGIN;
-            SELECT count(postbox.enqueue('account', a, 'deposit.v1',
-                                         jsonb_build_object('account', a, 'amount', 1000000, 'rolled_back', true)))
-              FROM (SELECT 'acct-' || floor(random() * $N_ACC)::int AS a FROM generate_series(1, $ROLLBACK_PER_TX)) s;
-            ROLLBACK;" >/dev/null || fail "rolled-back producer transaction failed"
-}
 
 pb_init
 psql_q "CREATE TABLE balance (account text PRIMARY KEY, amount bigint NOT NULL)"
@@ -108,16 +92,6 @@ relay_kills=0 consumer_kills=0 relay_busy=0 consumer_busy=0
 relay_p0=0 consumer_i0=0
 t_start=$(date +%s)
 
-kill_relay_now() { # STEP MS
-    pid_alive "$RELAY_PID" || fail "the relay exited by itself before step $1"
-    kill_relay
-    local p pend busy=no
-    p=$(published_count); pend=$(pending_count)
-    relay_kills=$((relay_kills + 1))
-    if ((p > relay_p0 && pend > 0)); then busy=yes; relay_busy=$((relay_busy + 1)); fi
-    say "step $1: SIGKILL relay $2 ms after the producer commit: published $relay_p0 -> $p during its run, pending $pend, while publishing: $busy"
-    relay_p0=$p
-}
 kill_consumer_now() { # STEP MS
     pid_alive "$CONSUMER_PID" || { tail -n 20 "$CONSUMER_LOG" >&2; fail "the consumer exited by itself before step $1"; }
     kill_consumer
