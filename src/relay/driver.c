@@ -228,8 +228,9 @@ static void report_published(driver_t *d)
 }
 
 /* Decides, per event whose outcome this round brought, between published, another attempt
- * (later, or in place) and a dead letter; counts, logs and measures it. Returns the highest
- * attempt number among the events to retry (0: none). */
+ * (later, or in place) and a dead letter; counts, logs and measures the failures now and notes
+ * the published ones for report_published. Returns the highest attempt number among the events
+ * to retry (0: none). */
 static int plan(driver_t *d, const pb_capture_batch_t *b)
 {
     const pb_config_t *cfg = d->cfg;

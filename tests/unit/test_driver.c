@@ -470,11 +470,10 @@ static pb_status_t fc_finish(pb_capture_t *cap, pb_error_t *err)
     return PB_OK;
 }
 
-/* next never waits here; reporting before it keeps the fake's order of events simple */
+/* as the poll capture: a batch claimed ahead is handed out by next at once */
 static bool fc_ready(const pb_capture_t *cap)
 {
-    (void)cap;
-    return false;
+    return ((const fake_cap_t *)cap)->ahead_ready;
 }
 
 static void fc_free(pb_capture_t *cap)
@@ -838,7 +837,24 @@ static int setup(void **state)
     (void)state;
     alarm(60); /* a hang is a failure, not a stuck ctest */
     g_seq = 0;
+    pb_metrics_reset();
     return 0;
+}
+
+/* The sum of postbox_published_total over its series. */
+static double published_metric(void)
+{
+    pb_buf_t out = {0};
+    pb_metrics_render(&out);
+    double sum = 0;
+    for (const char *p = out.data; p && (p = strstr(p, "postbox_published_total{")) != NULL;) {
+        const char *end = strchr(p, '}');
+        assert_non_null(end);
+        sum += strtod(end + 1, NULL);
+        p = end;
+    }
+    pb_buf_free(&out);
+    return sum;
 }
 
 static int teardown(void **state)
@@ -1173,6 +1189,25 @@ static void drain_returns_once_everything_is_relayed(void **state)
     world_free(w);
 }
 
+/* The published events of a batch are counted once the next batch is sent (or before next when
+ * nothing is claimed ahead): by the end of a drain every published event is counted once, the
+ * last batch's too, and a retried one only when it is published. */
+static void drain_counts_every_published_event_once(void **state)
+{
+    (void)state;
+    world_t *w = world_new(&fake_poll_ops, true, 4, 5);
+    w->cfg.relay_backoff_base = 60;
+    w->cfg.relay_backoff_cap = 60;
+    add_rows(w->cap, "ABCDABCDABCDABCDAB");
+    w->snk->script[5] = SS_FAIL_N;
+    w->snk->fail_n[5] = 1;
+    world_run(w);
+    assert_clean_run(w);
+    assert_all_published_once(w);
+    assert_int_equal((int)published_metric(), (int)w->cap->n_rows);
+    world_free(w);
+}
+
 /* An empty outbox drains at once, without sending anything. */
 static void drain_of_an_empty_outbox(void **state)
 {
@@ -1330,6 +1365,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(stop_in_mid_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(stop_while_retrying_in_place, setup, teardown),
         cmocka_unit_test_setup_teardown(drain_returns_once_everything_is_relayed, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(drain_counts_every_published_event_once, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(drain_of_an_empty_outbox, setup, teardown),
         cmocka_unit_test_setup_teardown(in_place_retries_until_published, setup, teardown),
