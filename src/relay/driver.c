@@ -471,8 +471,8 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
         if ((st = cap->ops->tick(cap, err)) == PB_OK) {
             bool idle;
             st = step(&d, &idle, err);
-            if (st != PB_OK || idle)
-                report_published(&d);
+            if (st != PB_OK)
+                report_published(&d); /* before reconnecting, which may take long */
             if (st == PB_OK && idle) {
                 bool done = false;
                 if (opts->drain && (st = cap->ops->drained(cap, &done, err)) == PB_OK && done) {
