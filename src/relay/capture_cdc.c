@@ -631,18 +631,11 @@ static bool cdc_ready(const pb_capture_t *cap)
     return !r->b_out && r->ahead_st == PB_OK && r->b->n > 0; /* settle made the read-ahead b */
 }
 
-/* While the broker acknowledges the batch: the marks of the batches settled before it are sent
- * (the LSN is confirmed with them, in finish_mark; until then a status update repeats the last
- * confirmed position), and the next batch is decoded from what the stream holds. */
 static pb_status_t cdc_overlap(pb_capture_t *cap, pb_error_t *err)
 {
-    cdc_capture_t *r = (cdc_capture_t *)cap;
-    pb_status_t st = r->n_marks || r->queued_lsn ? send_mark(r, 0, err) : PB_OK;
-    if (st == PB_OK)
-        st = pb_cdc_stream_confirm(&r->stream, r->stream.confirmed_lsn, err);
-    if (st == PB_OK)
-        read_ahead(r); /* errors wait for the next batch */
-    return st;
+    (void)err;
+    read_ahead((cdc_capture_t *)cap); /* errors wait for the next batch */
+    return PB_OK;
 }
 
 static void ensure_dead(cdc_capture_t *r, size_t n)
@@ -678,19 +671,18 @@ static pb_status_t cdc_settle(pb_capture_t *cap, const pb_result_t *results,
                    (st = pb_dead_letter_events(r->conn, r->dead_events, r->dead_attempts,
                                                r->dead_reasons, n_dead, err)) != PB_OK))
         return st;
-    /* earlier marks ran meanwhile: collect them if done (confirming their LSN), then queue this
-     * batch's, to be sent once the next batch is out (cdc_overlap) or the stream runs dry
-     * (flush_marks); wait only when too many rows queue up behind a slow mark */
+    /* earlier marks ran meanwhile: collect them if done (confirming their LSN), then queue or
+     * send this batch's; wait only when too many rows queue up behind a slow mark */
     bool wait = r->n_marks - r->n_sent > MARK_QUEUE_BATCHES * (size_t)cap->cfg->relay_batch_size;
     queue_marks(r, results);
-    if ((st = finish_mark(r, wait, err)) != PB_OK)
+    if ((st = finish_mark(r, wait, err)) != PB_OK || (st = send_mark(r, r->b_lsn, err)) != PB_OK)
         return st;
-    if (r->b_lsn > r->queued_lsn)
-        r->queued_lsn = r->b_lsn;
     clear_batch(r);
     r->b_out = false;
     r->b = next_buf(r); /* what was read ahead */
-    return PB_OK;
+    /* the LSN is confirmed with the batch's marks (send_mark, finish_mark); until then a status
+     * update repeats the last confirmed position */
+    return pb_cdc_stream_confirm(&r->stream, r->stream.confirmed_lsn, err);
 }
 
 /* next waits for the stream by itself: only the broker needs a word while idle. */

@@ -4,14 +4,13 @@
  *
  * While the broker confirms batch k, the settle of batch k-1 and the claim of batch k+1 run at
  * the same time, one on each connection (pipeline mode, a round trip each); their results are
- * read at once, while the broker still works on batch k. Neither waits for the other on the
- * server, and no thread is started: the database work hides behind the broker's confirm
- * latency, on two backends. A settle's COMMIT is sent only once its statements have run and the
- * relay has read their results (a relay that dies while its settle runs commits nothing: the
- * server rolls it back), and its result is read when batch k is settled. The claim of k+1
- * therefore skips the ids of batches k, k-1 and of any batch whose COMMIT may still be under
- * way, and cannot see their outcomes: its events are checked against their failures by the
- * driver (holdback.h). When nothing was
+ * read once batch k is confirmed. Neither waits for the other on the server, and no thread is
+ * started: the database work hides behind the broker's confirm latency, on two backends. A
+ * settle's COMMIT is sent only once its statements have run and the relay has read their
+ * results (a relay that dies while its settle runs commits nothing: the server rolls it back),
+ * and its result is read in the next round. The claim of k+1 therefore skips the ids of
+ * batches k, k-1 and k-2 (whose COMMIT may still be under way), and cannot see their outcomes:
+ * its events are checked against their failures by the driver (holdback.h). When nothing was
  * claimed ahead, the settle of the batch just confirmed and the next claim run side by side in
  * the same way (skipping that batch and the one whose COMMIT may be under way). The claim takes no
  * row locks. A crash anywhere leaves unsettled rows pending, to be published again (at least
@@ -375,14 +374,10 @@ static bool poll_ready(const pb_capture_t *cap)
     return ((const poll_capture_t *)cap)->ahead_ready;
 }
 
-/* Sends the settle of the batch before and the claim of the next, and reads them at once: the
- * round trip is short beside the broker's confirms, and what it leaves for settle is only the
- * COMMIT's result, so little stands between two batches. */
 static pb_status_t poll_overlap(pb_capture_t *cap, pb_error_t *err)
 {
     poll_capture_t *p = (poll_capture_t *)cap;
-    pb_status_t st = send_round(p, in_flight(p, true), err);
-    return st == PB_OK ? collect(p, err) : st;
+    return send_round(p, in_flight(p, true), err);
 }
 
 static pb_status_t poll_settle(pb_capture_t *cap, const pb_result_t *results,
