@@ -15,13 +15,18 @@
  *       S seconds pass first (N 0: drain until idle)
  *   amqp-tool count URL QUEUE
  *       the queue's message count (passive declare)
- *   amqp-tool publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW [--batches] [--sequence]
+ *   amqp-tool publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW [--batches | --two-batches[=K]]
+ *                         [--sequence]
  *       the benchmark's baseline: N persistent messages of SIZE bytes with publisher confirms,
  *       at most WINDOW unconfirmed (a sliding window; multiple acks handled), with the
  *       properties and the two aggregate headers the relay sets; prints "published N in S
  *       seconds: R msgs/s" and the message_id of the last message (every message gets its own
  *       message_id). --batches: WINDOW messages at a time, the next ones only once all are
- *       confirmed (the relay's pattern with one batch in flight); --sequence: also the header
+ *       confirmed (the relay's pattern with one batch in flight); --two-batches: WINDOW at a
+ *       time with two windows in flight (batch b+2 starts once batch b is confirmed); with =K a
+ *       message also waits for the confirm of the message K before it when that one is in an
+ *       earlier batch (the aggregate of message i is i mod 100: K=100 sends no message before
+ *       an earlier batch's message of its aggregate is confirmed); --sequence: also the header
  *       aggregate_sequence (an integer), as the relay sends it
  *   amqp-tool publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT]
  *       COUNT (default 1) copies of one persistent message, mandatory, with publisher confirms
@@ -476,19 +481,41 @@ static void make_uuid(char out[37], uint64_t seed, uint64_t i)
              (uint32_t)(b >> 48) & 0xfff, (uint64_t)(b & 0xffffffffffffULL));
 }
 
+/* --two-batches[=K]: whether message i (tag i) may be sent now with WINDOW w: batch b+2 waits
+ * until every message of batch b is confirmed; with k > 0, message i also waits for message i-k
+ * when that one is in an earlier batch. */
+static bool two_batches_allow(const pub_state_t *s, uint64_t i, uint64_t w, uint64_t k)
+{
+    uint64_t b = (i - 1) / w;
+    if (b >= 2 && s->low - 1 < (b - 1) * w)
+        return false;
+    if (k == 0 || i <= k || (i - k - 1) / w == b)
+        return true;
+    return s->done[i - k] != 0;
+}
+
 static int cmd_publish_raw(int argc, char **argv)
 {
     if (argc < 6)
-        die("usage: publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW [--batches] [--sequence]");
-    bool batchwise = false, with_seq = false;
+        die("usage: publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW "
+            "[--batches | --two-batches[=K]] [--sequence]");
+    bool batchwise = false, two = false, with_seq = false;
+    long wait_back = 0;
     for (int i = 6; i < argc; i++) {
         if (!strcmp(argv[i], "--batches"))
             batchwise = true;
-        else if (!strcmp(argv[i], "--sequence"))
+        else if (!strcmp(argv[i], "--two-batches"))
+            two = true;
+        else if (!strncmp(argv[i], "--two-batches=", 14)) {
+            two = true;
+            wait_back = parse_long(argv[i] + 14, "--two-batches=K", 1, 100000000);
+        } else if (!strcmp(argv[i], "--sequence"))
             with_seq = true;
         else
             die("unknown option %s", argv[i]);
     }
+    if (two && batchwise)
+        die("--batches and --two-batches exclude each other");
     const char *url = argv[0];
     amqp_bytes_t exchange = amqp_cstring_bytes(argv[1]);
     amqp_bytes_t rkey = amqp_cstring_bytes(argv[2]);
@@ -541,8 +568,9 @@ static int cmd_publish_raw(int argc, char **argv)
     const double start = now_s();
     while (s.settled < s.n) {
         /* fill the window (--batches: only once everything sent is confirmed) */
-        while (s.sent < s.n && s.sent - s.settled < (uint64_t)window &&
-               (!batchwise || s.sent % (uint64_t)window != 0 || s.settled == s.sent)) {
+        while (s.sent < s.n && s.sent - s.settled < (uint64_t)window * (two ? 2 : 1) &&
+               (two ? two_batches_allow(&s, s.sent + 1, (uint64_t)window, (uint64_t)wait_back)
+                    : !batchwise || s.sent % (uint64_t)window != 0 || s.settled == s.sent)) {
             uint64_t i = s.sent + 1;
             make_uuid(uuid, seed, i);
             snprintf(agg_id, sizeof agg_id, "agg-%" PRIu64, i % 100);
