@@ -349,8 +349,11 @@ static bool drained(consumer_t *c)
     return false;
 }
 
-static void free_lanes(consumer_t *c)
+/* Frees what pb_consume_run allocated for the loop and the source (not the connection). */
+static void free_consumer(consumer_t *c)
 {
+    pb_source_free(c->src);
+    c->src = NULL;
     for (int l = 0; l < c->n_lanes; l++) {
         free(c->lanes[l].msgs);
         free(c->lanes[l].flags);
@@ -359,6 +362,11 @@ static void free_lanes(consumer_t *c)
     }
     free(c->lanes);
     c->lanes = NULL;
+    free(c->msgs);
+    free(c->flags);
+    free(c->verdicts);
+    free(c->acks);
+    pb_hold_free(c->hold);
 }
 
 pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts,
@@ -411,13 +419,7 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
                  (long long)cfg->consume_max_held, (long long)cfg->amqp_prefetch);
     pb_ops_t *ops; /* /metrics, /healthz, /readyz; inbox retention purge */
     if ((st = pb_ops_start(cfg, "consume", &ops, err)) != PB_OK) {
-        pb_source_free(c.src);
-        free_lanes(&c);
-        free(c.msgs);
-        free(c.flags);
-        free(c.verdicts);
-        free(c.acks);
-        pb_hold_free(c.hold);
+        free_consumer(&c);
         return st;
     }
 
@@ -452,12 +454,6 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
     log_stats(&c, true);
     pb_ops_stop(ops);
     drop_pg(&c);
-    pb_source_free(c.src);
-    free_lanes(&c);
-    free(c.msgs);
-    free(c.flags);
-    free(c.verdicts);
-    free(c.acks);
-    pb_hold_free(c.hold);
+    free_consumer(&c);
     return st;
 }
