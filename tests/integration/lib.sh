@@ -194,10 +194,10 @@ EOF
     say "relay and consumer connect as pb_it_relay and pb_it_consumer (postbox init --print-grants)"
 }
 
-# Pending: not published and not dead-lettered.
 # sleep_ms MS: sleeps MS milliseconds (0 for a negative MS)
 sleep_ms() { local ms=$(($1 > 0 ? $1 : 0)); sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"; }
 
+# Pending: not published and not dead-lettered.
 pending_count() {
     psql_q "SELECT count(*) FROM postbox.outbox o WHERE o.published_at IS NULL
               AND NOT EXISTS (SELECT 1 FROM postbox.dead_letters d WHERE d.event_id = o.event_id)"
