@@ -1,5 +1,6 @@
-/* HMAC-SHA-256 (OpenSSL's libcrypto), for what postbox signs or pseudonymises: the messages of
- * postbox.emit (cdc/signature.h) and the hmac rules of payload masking (relay/mask.h). */
+/* HMAC-SHA-256 and SHA-256 (OpenSSL's libcrypto), for what postbox signs, pseudonymises or
+ * shortens: the messages of postbox.emit (cdc/signature.h), the hmac rules of payload masking
+ * (relay/mask.h), the inbox keys of ids too long for an index (inbox/screen.h). */
 #ifndef PB_COMMON_HMAC_H
 #define PB_COMMON_HMAC_H
 
@@ -10,5 +11,8 @@
 /* hex = HMAC-SHA-256(key, data) in lowercase hex. key_len is at most INT_MAX. */
 void pb_hmac_sha256_hex(const unsigned char *key, size_t key_len, const void *data, size_t len,
                         char hex[PB_HMAC_HEX_SIZE]);
+
+/* hex = SHA-256(data) in lowercase hex. */
+void pb_sha256_hex(const void *data, size_t len, char hex[PB_HMAC_HEX_SIZE]);
 
 #endif

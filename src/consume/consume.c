@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "consume/hold.h"
+#include "consume/subscription.h"
 #include "inbox/inbox.h"
 #include "metrics/metrics.h"
 #include "metrics/service.h"
@@ -50,6 +51,7 @@ typedef struct consumer {
     pb_inbox_verdict_t *verdicts;
     uint64_t *acks;
     pb_hold_t *hold; /* failed messages and what waits behind them, unacknowledged */
+    bool wait_for_gaps; /* the subscription takes every event of an aggregate */
     pb_inbox_counts_t counts, stats_counts;
     int64_t drain_said; /* when --drain last said what it waits for */
     int64_t stats_at;
@@ -127,6 +129,7 @@ static pb_status_t connect_pg(consumer_t *c, pb_error_t *err)
             drop_pg(c);
             return st;
         }
+        lane->ib.seq.wait_for_gaps = c->wait_for_gaps;
     }
     pb_inbox_set_wait(&c->lanes[0].ib, read_ahead, c);
     c->pg_up = true;
@@ -258,6 +261,8 @@ static pb_status_t handle_in_lanes(consumer_t *c, size_t n, pb_error_t *err)
             sum.duplicates += lane->counts.duplicates;
             sum.failed += lane->counts.failed;
             sum.dead += lane->counts.dead;
+            sum.late += lane->counts.late;
+            sum.gap_skipped += lane->counts.gap_skipped;
         } else if (lane->st > worst) {
             worst = lane->st;
             *err = lane->err;
@@ -267,6 +272,12 @@ static pb_status_t handle_in_lanes(consumer_t *c, size_t n, pb_error_t *err)
     c->counts.duplicates += sum.duplicates;
     c->counts.failed += sum.failed;
     c->counts.dead += sum.dead;
+    c->counts.late += sum.late;
+    c->counts.gap_skipped += sum.gap_skipped;
+    if (sum.late)
+        pb_metrics_out_of_order(c->cfg->consume_consumer, "late", sum.late);
+    if (sum.gap_skipped)
+        pb_metrics_out_of_order(c->cfg->consume_consumer, "gap_skipped", sum.gap_skipped);
     pb_metrics_batch(n);
     pb_metrics_inbox(c->cfg->consume_consumer, sum.processed, sum.duplicates, sum.failed, sum.dead);
     return worst;
@@ -294,8 +305,9 @@ static pb_status_t consume_batch(consumer_t *c, bool *idle, pb_error_t *err)
     size_t n_back;
     size_t n = pb_hold_admit(c->hold, c->msgs, c->flags, k, n_fresh, full, c->acks, &n_back);
     if (n_back)
-        log_warn(FAC, "%zu messages held back (consume.max_held): %zu more of held aggregates "
-                      "given back to the broker for later", pb_hold_count(c->hold), n_back);
+        log_warn(FAC, "%zu messages (%zu bytes) held back (consume.max_held, max_held_bytes): %zu "
+                      "more of held aggregates given back to the broker for later",
+                 pb_hold_count(c->hold), pb_hold_bytes(c->hold), n_back);
     for (size_t i = 0; i < n_back; i++)
         if (c->src->ops->requeue(c->src, c->acks[i], &src_err) != PB_OK) {
             log_warn(FAC, "%s broker connection lost: %s", c->src->ops->name, src_err.msg);
@@ -389,7 +401,7 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
     c.flags = pb_malloc(cap * sizeof *c.flags);
     c.verdicts = pb_malloc(cap * sizeof *c.verdicts);
     c.acks = pb_malloc(cap * sizeof *c.acks);
-    c.hold = pb_hold_new(cfg->consume_gap_timeout);
+    c.hold = pb_hold_new(cfg->consume_gap_timeout, (size_t)cfg->consume_max_held_bytes);
     c.n_lanes = (int)cfg->consume_lanes;
     c.lanes = pb_malloc((size_t)c.n_lanes * sizeof *c.lanes);
     memset(c.lanes, 0, (size_t)c.n_lanes * sizeof *c.lanes);
@@ -400,18 +412,25 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
         c.lanes[l].index = pb_malloc(cap * sizeof *c.lanes[l].index);
     }
     c.stats_at = pb_monotonic_ms();
-    if (strcmp(cfg->consume_source, "nats") == 0 && cfg->consume_gap_timeout > 0 &&
+    char why[400];
+    c.wait_for_gaps = pb_subscription_waits_for_gaps(cfg, why, sizeof why);
+    if (c.wait_for_gaps)
+        log_info(FAC, "ordering: an aggregate's message waits up to %lld ms for a missing earlier "
+                      "aggregate_sequence, since %s", (long long)cfg->consume_gap_timeout, why);
+    else
+        log_info(FAC, "ordering: the broker's order per aggregate, no wait for missing "
+                      "aggregate_sequence numbers, since %s", why);
+    if (c.wait_for_gaps && strcmp(cfg->consume_source, "nats") == 0 &&
         cfg->consume_gap_timeout <= cfg->nats_ack_wait)
         log_warn(FAC, "consume.gap_timeout %lld ms is not above nats.ack_wait %lld ms: after a "
                       "consumer crash, an aggregate's later messages may go on before the earlier "
                       "ones are redelivered", (long long)cfg->consume_gap_timeout,
                  (long long)cfg->nats_ack_wait);
-    if (strcmp(cfg->consume_source, "redis") == 0 && cfg->consume_gap_timeout > 0 &&
+    if (c.wait_for_gaps && strcmp(cfg->consume_source, "redis") == 0 &&
         cfg->consume_gap_timeout <= cfg->redis_claim_idle)
         log_warn(FAC, "consume.gap_timeout %lld ms is not above redis.claim_idle %lld ms: after a "
                       "consumer crash, an aggregate's later entries go on before the dead "
-                      "consumer's entries are claimed, and those then count as handled without "
-                      "their effect", (long long)cfg->consume_gap_timeout,
+                      "consumer's entries are claimed, which are then handled out of order", (long long)cfg->consume_gap_timeout,
                  (long long)cfg->redis_claim_idle);
     if (strcmp(cfg->consume_source, "amqp") == 0 && cfg->consume_max_held < cfg->amqp_prefetch)
         log_warn(FAC, "consume.max_held %lld is below amqp.prefetch %lld: at the bound RabbitMQ "

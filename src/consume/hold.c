@@ -10,6 +10,7 @@
 typedef struct item {
     pb_message_t msg;
     char *mem;
+    size_t bytes; /* of mem, for the byte bound */
     uint64_t arrival;
     bool in_flight; /* handed out by pb_hold_take, its verdict is pending */
     bool retry;     /* its handler failed: goes on at due_ms */
@@ -30,11 +31,13 @@ typedef struct agg {
 
 struct pb_hold {
     int64_t gap_timeout_ms;
+    size_t max_bytes;
     agg_t **aggs;
     size_t n_aggs, cap_aggs;
     size_t *slots; /* open addressing over aggs: index + 1, 0 = empty */
     size_t n_slots;
     size_t count;
+    size_t bytes; /* of the held copies */
     uint64_t arrivals;
     pb_buf_t key; /* scratch */
 };
@@ -161,13 +164,19 @@ static const char *put(char **at, const char *s)
     return d;
 }
 
+/* The bytes a copy of m takes. */
+static size_t size_of(const pb_message_t *m)
+{
+    return len_of(m->message_id) + len_of(m->type) + len_of(m->aggregate_type) +
+           len_of(m->aggregate_id) + len_of(m->routing_key) + len_of(m->exchange) +
+           len_of(m->headers) + m->body_len + 1;
+}
+
 /* A copy of m that owns its strings. */
 static item_t copy_of(const pb_message_t *m, uint64_t arrival)
 {
-    size_t total = len_of(m->message_id) + len_of(m->type) + len_of(m->aggregate_type) +
-                   len_of(m->aggregate_id) + len_of(m->routing_key) + len_of(m->exchange) +
-                   len_of(m->headers) + m->body_len + 1;
-    item_t it = {.msg = *m, .arrival = arrival};
+    size_t total = size_of(m);
+    item_t it = {.msg = *m, .arrival = arrival, .bytes = total};
     it.mem = pb_malloc(total);
     char *at = it.mem;
     it.msg.message_id = put(&at, m->message_id);
@@ -204,11 +213,13 @@ static item_t *insert(pb_hold_t *h, agg_t *a, const pb_message_t *m)
     a->items[at] = it;
     a->n++;
     h->count++;
+    h->bytes += it.bytes;
     return &a->items[at];
 }
 
 static void remove_item(pb_hold_t *h, agg_t *a, size_t i)
 {
+    h->bytes -= a->items[i].bytes;
     free(a->items[i].mem);
     memmove(a->items + i, a->items + i + 1, (a->n - i - 1) * sizeof *a->items);
     a->n--;
@@ -255,11 +266,12 @@ static int64_t wait_of(const pb_hold_t *h, const agg_t *a, int64_t now)
 
 /* ---- the interface ---------------------------------------------------------------------------- */
 
-pb_hold_t *pb_hold_new(int64_t gap_timeout_ms)
+pb_hold_t *pb_hold_new(int64_t gap_timeout_ms, size_t max_bytes)
 {
     pb_hold_t *h = pb_malloc(sizeof *h);
     memset(h, 0, sizeof *h);
     h->gap_timeout_ms = gap_timeout_ms;
+    h->max_bytes = max_bytes;
     return h;
 }
 
@@ -269,6 +281,7 @@ void pb_hold_clear(pb_hold_t *h)
         free_agg(h->aggs[a]);
     h->n_aggs = 0;
     h->count = 0;
+    h->bytes = 0;
     rebuild_slots(h);
 }
 
@@ -286,6 +299,11 @@ void pb_hold_free(pb_hold_t *h)
 size_t pb_hold_count(const pb_hold_t *h)
 {
     return h->count;
+}
+
+size_t pb_hold_bytes(const pb_hold_t *h)
+{
+    return h->bytes;
 }
 
 size_t pb_hold_take(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t cap, int64_t now)
@@ -343,7 +361,8 @@ size_t pb_hold_admit(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t k, 
         /* behind held messages of its aggregate: kept, and it may be the missing one */
         int64_t seq = out[i].sequence;
         bool may_fill = a->waiting_for > 0 && (seq == 0 || seq <= a->waiting_for);
-        if (full && !may_fill) {
+        bool over = full || h->bytes + size_of(&out[i]) > h->max_bytes;
+        if (over && !may_fill) {
             back[(*n_back)++] = out[i].tag;
             continue;
         }

@@ -3,9 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <jansson.h>
 #include <sys/types.h>
 
 #include "common/backoff.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/str.h"
 #include "store/pg.h"
@@ -31,7 +33,6 @@ enum msg_state {
     ST_REFUSED, /* cannot be handled whatever the retries (size, NUL byte): dead letter, errors[i] */
     ST_OVERDELIVERED, /* delivered more than max_attempts times, never acknowledged: dead letter
                        * without running the handler */
-    ST_SEQ_DUP, /* its sequence number was handled already */
     ST_EARLY,   /* beyond its aggregate's next sequence number: held */
 };
 
@@ -144,6 +145,7 @@ void pb_inbox_free(pb_inbox_t *ib)
     free(ib->settled);
     pb_buf_free(&ib->scratch);
     pb_inbox_seq_free(&ib->seq);
+    pb_screen_free(&ib->screen);
     memset(ib, 0, sizeof *ib);
 }
 
@@ -432,27 +434,14 @@ static PGresult *next_result(pb_inbox_t *ib)
     return PQgetResult(conn);
 }
 
-/* Why m cannot reach its handler whole, whatever the retries, into why (false: it can). The
- * handler takes the body as text ($1): a NUL byte would end it there, silently. */
-static bool refused(const pb_inbox_t *ib, const pb_message_t *m, char *why, size_t n)
+/* Why message i of the batch cannot reach its handler whole, whatever the retries, into why
+ * (false: it can): see screen.h. */
+static bool refused(const pb_inbox_t *ib, size_t i, char *why, size_t n)
 {
-    int64_t max = ib->cfg->consume_max_message_size;
-    uint64_t size = m->body_dropped ? m->body_dropped : m->body_len;
-    if (size > (uint64_t)max) {
-        snprintf(why, n, "message body of %llu bytes is larger than consume.max_message_size "
-                         "(%lld bytes): not handled%s",
-                 (unsigned long long)size, (long long)max,
-                 m->body_dropped ? " (the body was not kept)" : "");
-        return true;
-    }
-    const char *nul = memchr(m->body, '\0', m->body_len);
-    if (nul) {
-        snprintf(why, n, "message body holds a NUL byte at offset %zu: the handler's text "
-                         "parameter $1 cannot carry it whole (inbox_dead.body keeps all of it)",
-                 (size_t)(nul - m->body));
-        return true;
-    }
-    return false;
+    if (!ib->screen.why[i][0])
+        return false;
+    snprintf(why, n, "%s", ib->screen.why[i]);
+    return true;
 }
 
 /* A batch of first deliveries, each with an id and a handler, and each aggregate's sequence
@@ -470,10 +459,11 @@ static bool fits_fast_path(pb_inbox_t *ib, const pb_message_t *msgs, const uint8
             return false;
     char why[256];
     for (size_t i = 0; i < n; i++)
-        if (refused(ib, &msgs[i], why, sizeof why))
+        if (refused(ib, i, why, sizeof why))
             return false;
     return ib->seq.n_order == 0 ||
-           pb_inbox_seq_fast(&ib->seq, msgs, flags, n, ib->cfg->consume_consumer, ib->seq_params);
+           pb_inbox_seq_fast(&ib->seq, msgs, flags, n, ib->cfg->consume_consumer, &ib->seq_stmt,
+                             ib->seq_params);
 }
 
 /* The fast path: BEGIN, the claim of every message (it fails if one of them is in the inbox
@@ -497,7 +487,7 @@ static pb_status_t handle_fast(pb_inbox_t *ib, const pb_message_t *msgs, size_t 
     const size_t pre = ib->seq.n_order ? 3 : 2; /* statements before the handlers */
     bool sent = send_simple(conn, "BEGIN") &&
                 PQsendQueryPrepared(conn, "pb_inbox_claim_all", 3, cp, NULL, NULL, 0) == 1 &&
-                (pre == 2 || PQsendQueryPrepared(conn, "pb_inbox_seq_advance", 5, ib->seq_params,
+                (pre == 2 || PQsendQueryPrepared(conn, ib->seq_stmt, 5, ib->seq_params,
                                                  NULL, NULL, 0) == 1) &&
                 PQflush(conn) == 0;
     for (size_t i = 0; sent && i < n; i++)
@@ -600,12 +590,24 @@ static pb_status_t settle_failure(pb_inbox_t *ib, const pb_message_t *m, int sta
     }
     char attempts_text[16];
     snprintf(attempts_text, sizeof attempts_text, "%d", attempts);
+    /* inbox_dead.headers is jsonb: headers that are not a JSON object (a Redis entry's field
+     * can hold any text) are kept as a string under one key */
+    pb_buf_t kept = {0};
+    const char *headers = m->headers ? m->headers : "{}";
+    json_t *parsed = json_loads(headers, JSON_REJECT_DUPLICATES, NULL);
+    if (!json_is_object(parsed)) {
+        pb_buf_puts(&kept, "{\"postbox_unparsed_headers\":");
+        pb_buf_append_json_string(&kept, headers);
+        pb_buf_putc(&kept, '}');
+        headers = kept.data;
+    }
+    json_decref(parsed);
     const char *dp[9] = {cfg->consume_consumer, m->message_id, m->type, m->exchange,
-                         m->routing_key, m->headers ? m->headers : "{}", m->body, error,
-                         attempts_text};
+                         m->routing_key, headers, m->body, error, attempts_text};
     int lengths[9] = {0, 0, 0, 0, 0, 0, (int)m->body_len, 0, 0};
     int formats[9] = {0, 0, 0, 0, 0, 0, 1, 0, 0};
     PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_dead", 9, dp, lengths, formats, 0);
+    pb_buf_free(&kept);
     if ((st = pb_pg_check(ib->conn, res, PGRES_COMMAND_OK, "write inbox dead letter", err)) != PB_OK)
         return st;
     PQclear(res);
@@ -684,9 +686,7 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, const 
                                  err)) != PB_OK)
         return st;
     for (size_t i = 0; i < n; i++) {
-        if (ib->seq.cls[i] == PB_SEQ_DUP)
-            ib->state[i] = ST_SEQ_DUP;
-        else if (ib->seq.cls[i] == PB_SEQ_EARLY)
+        if (ib->seq.cls[i] == PB_SEQ_EARLY)
             ib->state[i] = ST_EARLY;
     }
     if ((st = claim_batch(ib, msgs, n, err)) != PB_OK)
@@ -704,7 +704,7 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, const 
             clean_error(ib->errors[i], sizeof ib->errors[i], "", why);
             continue;
         }
-        if (ib->state[i] == ST_NEW && refused(ib, &msgs[i], why, sizeof why)) {
+        if (ib->state[i] == ST_NEW && refused(ib, i, why, sizeof why)) {
             ib->state[i] = ST_REFUSED;
             clean_error(ib->errors[i], sizeof ib->errors[i], "", why);
         }
@@ -728,6 +728,15 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, const 
         switch (ib->state[i]) {
         case ST_DONE:
             counts->processed++;
+            if (ib->seq.disorder[i] == PB_DISORDER_NONE)
+                break;
+            if (ib->seq.disorder[i] == PB_DISORDER_LATE)
+                counts->late++;
+            else
+                counts->gap_skipped++;
+            pb_disorder_log(&ib->disorder, ib->cfg->consume_consumer, &msgs[i],
+                            (pb_seq_disorder_t)ib->seq.disorder[i], ib->seq.base[i],
+                            pb_monotonic_ms());
             break;
         case ST_DUP:
             counts->duplicates++;
@@ -759,18 +768,6 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, const 
             break;
         case ST_EARLY:
             verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_HOLD, 0, ib->seq.expected[i]};
-            break;
-        case ST_SEQ_DUP:
-            counts->duplicates++;
-            log_info_f(FAC,
-                       PB_FIELDS(PB_LF_STR("consumer", ib->cfg->consume_consumer),
-                                 PB_LF_STR("message_id", msgs[i].message_id),
-                                 PB_LF_STR("message_type", msgs[i].type)),
-                       "duplicate message %s (%s): sequence %lld of aggregate %s was handled "
-                       "already, acknowledged without running the handler",
-                       msgs[i].message_id ? msgs[i].message_id : "(no id)",
-                       msgs[i].type ? msgs[i].type : "no type", (long long)msgs[i].sequence,
-                       msgs[i].aggregate_id);
             break;
         default:
             break;
@@ -876,7 +873,7 @@ static pb_status_t handle_commit_first(pb_inbox_t *ib, const pb_message_t *msgs,
         int handler = find_handler(ib, m->type);
         bool ok = false;
         char why[512];
-        if (refused(ib, m, why, sizeof why)) {
+        if (refused(ib, i, why, sizeof why)) {
             clean_error(ib->errors[0], sizeof ib->errors[0], "", why);
             if ((st = pb_pg_exec(ib->conn, "BEGIN", err)) != PB_OK ||
                 (st = settle_failure(ib, m, ST_REFUSED, ib->errors[0], &verdicts[i], counts,
@@ -910,6 +907,9 @@ pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, const uint
     if (n == 0)
         return PB_OK;
     reserve(ib, n);
+    /* from here on the inbox sees the messages as PostgreSQL can take them */
+    pb_screen_batch(&ib->screen, msgs, n, ib->cfg->consume_max_message_size);
+    msgs = ib->screen.safe;
     if (ib->cfg->consume_commit_inbox_first)
         return handle_commit_first(ib, msgs, n, verdicts, counts, err);
     pb_status_t st;
@@ -969,5 +969,7 @@ pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, const uint
     counts->duplicates += local.duplicates;
     counts->failed += local.failed;
     counts->dead += local.dead;
+    counts->late += local.late;
+    counts->gap_skipped += local.gap_skipped;
     return PB_OK;
 }

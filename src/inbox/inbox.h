@@ -21,6 +21,8 @@
 #include "common/err.h"
 #include "common/str.h"
 #include "config/config.h"
+#include "inbox/disorder.h"
+#include "inbox/screen.h"
 #include "inbox/sequence.h"
 #include "source/source.h"
 
@@ -50,6 +52,8 @@ typedef struct pb_inbox_counts {
     uint64_t duplicates; /* already in the inbox: acknowledged without running the handler */
     uint64_t failed;     /* handler failures (each retried or dead-lettered) */
     uint64_t dead;       /* moved to inbox_dead */
+    uint64_t late;       /* handled with a sequence number at or below one handled already */
+    uint64_t gap_skipped; /* handled without the missing sequence numbers before it */
 } pb_inbox_counts_t;
 
 typedef struct pb_inbox {
@@ -65,7 +69,10 @@ typedef struct pb_inbox {
     bool *settled;        /* per message: acknowledged (its sequence number is done with) */
     size_t cap;
     pb_inbox_seq_t seq;   /* sequence numbers of the batch */
-    const char *seq_params[5]; /* the fast path's advance */
+    const char *seq_stmt;      /* the fast path's advance */
+    const char *seq_params[5];
+    pb_disorder_t disorder;    /* out-of-order warnings, once a minute per aggregate */
+    pb_screen_t screen;        /* the batch as PostgreSQL can take it */
     int careful_batches; /* how many more batches run with a savepoint per message */
     int slow_batches;    /* how many more batches skip the fast path (it met duplicates) */
     void (*wait_fn)(void *arg, int pg_fd); /* see pb_inbox_set_wait */

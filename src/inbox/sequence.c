@@ -25,6 +25,8 @@ static const char put_sql[] =
     "SET last_sequence = greatest(s.last_sequence, EXCLUDED.last_sequence), updated_at = now()";
 static const char advance_sql[] =
     "SELECT postbox.inbox_advance($1, $2::text[], $3::text[], $4::bigint[], $5::bigint[])";
+static const char advance_past_sql[] =
+    "SELECT postbox.inbox_advance_past($1, $2::text[], $3::text[], $4::bigint[], $5::bigint[])";
 
 pb_status_t pb_inbox_seq_prepare(PGconn *conn, pb_error_t *err)
 {
@@ -32,6 +34,7 @@ pb_status_t pb_inbox_seq_prepare(PGconn *conn, pb_error_t *err)
         {"pb_inbox_seq_get", get_sql},
         {"pb_inbox_seq_put", put_sql},
         {"pb_inbox_seq_advance", advance_sql},
+        {"pb_inbox_seq_advance_past", advance_past_sql},
     };
     for (size_t k = 0; k < sizeof stmts / sizeof *stmts; k++) {
         PGresult *res = PQprepare(conn, stmts[k].name, stmts[k].sql, 0, NULL);
@@ -49,9 +52,12 @@ void pb_inbox_seq_free(pb_inbox_seq_t *sq)
     free(sq->base);
     free(sq->expected);
     free(sq->cls);
+    free(sq->disorder);
     for (int k = 0; k < 4; k++)
         pb_buf_free(&sq->text[k]);
+    bool wait = sq->wait_for_gaps;
     memset(sq, 0, sizeof *sq);
+    sq->wait_for_gaps = wait;
 }
 
 typedef struct entry {
@@ -85,9 +91,11 @@ size_t pb_inbox_seq_group(pb_inbox_seq_t *sq, const pb_message_t *msgs, size_t n
         sq->base = pb_realloc(sq->base, n * sizeof *sq->base);
         sq->expected = pb_realloc(sq->expected, n * sizeof *sq->expected);
         sq->cls = pb_realloc(sq->cls, n);
+        sq->disorder = pb_realloc(sq->disorder, n);
         sq->cap = n;
     }
     memset(sq->cls, PB_SEQ_NONE, n);
+    memset(sq->disorder, PB_DISORDER_NONE, n);
     entry_t *e = pb_malloc((n ? n : 1) * sizeof *e);
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
@@ -134,7 +142,7 @@ static void close_arrays(pb_inbox_seq_t *sq, int count)
 }
 
 bool pb_inbox_seq_fast(pb_inbox_seq_t *sq, const pb_message_t *msgs, const uint8_t *flags,
-                       size_t n, const char *consumer, const char *params[5])
+                       size_t n, const char *consumer, const char **stmt, const char *params[5])
 {
     (void)n;
     reset_arrays(sq, 4);
@@ -143,8 +151,9 @@ bool pb_inbox_seq_fast(pb_inbox_seq_t *sq, const pb_message_t *msgs, const uint8
         if (flags && flags[i])
             return false;
         bool first = starts_group(sq, msgs, j);
-        if (!first && msgs[i].sequence != msgs[sq->order[j - 1]].sequence + 1)
-            return false; /* a gap or a repeat: the careful way tells which */
+        int64_t prev = first ? 0 : msgs[sq->order[j - 1]].sequence;
+        if (!first && (sq->wait_for_gaps ? msgs[i].sequence != prev + 1 : msgs[i].sequence <= prev))
+            return false; /* a gap, a repeat or a step back: the careful way tells which */
         if (first) {
             put_text(&sq->text[0], type_of(&msgs[i]));
             put_text(&sq->text[1], msgs[i].aggregate_id);
@@ -154,6 +163,7 @@ bool pb_inbox_seq_fast(pb_inbox_seq_t *sq, const pb_message_t *msgs, const uint8
             put_number(&sq->text[3], msgs[i].sequence);
     }
     close_arrays(sq, 4);
+    *stmt = sq->wait_for_gaps ? "pb_inbox_seq_advance" : "pb_inbox_seq_advance_past";
     params[0] = consumer;
     for (int k = 0; k < 4; k++)
         params[k + 1] = sq->text[k].data;
@@ -219,12 +229,16 @@ pb_status_t pb_inbox_seq_check(pb_inbox_seq_t *sq, PGconn *conn, const char *con
                      type_of(&msgs[i]), msgs[i].aggregate_id, missing, (long long)seq,
                      msgs[i].message_id ? msgs[i].message_id : "(no id)");
             expected = seq;
+            sq->disorder[i] = PB_DISORDER_GAP_SKIPPED;
         }
-        if (seq < expected) {
-            sq->cls[i] = PB_SEQ_DUP;
-        } else if (seq == expected) {
+        if (seq <= base) {
+            sq->cls[i] = PB_SEQ_LATE;
+            sq->disorder[i] = PB_DISORDER_LATE;
+        } else if (seq == expected || !sq->wait_for_gaps) {
             sq->cls[i] = PB_SEQ_NEXT;
-            expected++;
+            expected = seq + 1;
+        } else if (seq < expected) {
+            sq->cls[i] = PB_SEQ_NEXT; /* a repeat within the batch: the inbox row decides */
         } else {
             sq->cls[i] = PB_SEQ_EARLY;
             sq->expected[i] = expected;

@@ -1,10 +1,14 @@
 /* Per-aggregate sequence numbers in the inbox: postbox.inbox_sequences holds, per (consumer,
- * aggregate), the sequence number of the last message handled (or dead-lettered, or given up
- * waiting for), written in the handler's transaction. With it the inbox tells, for a message
- * carrying header PB_SEQUENCE_HEADER:
- *   at or below the last one:  a duplicate (acknowledged without running the handler);
- *   the next one:              to be handled (and the one after it in the batch, and so on);
- *   beyond the next one:       early: held until the missing ones arrive (PB_INBOX_HOLD).
+ * aggregate), the highest sequence number handled (or dead-lettered, or given up waiting for),
+ * written in the handler's transaction. With it the inbox tells, for a message carrying header
+ * PB_SEQUENCE_HEADER:
+ *   at or below the highest one: late (delivered late, a producer whose numbering restarted, a
+ *                                forged number before it): handled if its id is new, and
+ *                                counted as out of order; the number never makes a duplicate;
+ *   the next one:                to be handled (and the one after it in the batch, and so on);
+ *   beyond the next one:         when the consumer waits for gaps (its subscription takes every
+ *                                event of the aggregate), early: held until the missing ones
+ *                                arrive (PB_INBOX_HOLD); otherwise to be handled.
  * Messages without a sequence number or without aggregate_id are not looked at.
  *
  * Used by inbox.c on the connection of one lane; the arrays are per batch. */
@@ -23,9 +27,16 @@
 typedef enum pb_seq_class {
     PB_SEQ_NONE = 0, /* no sequence number (or no aggregate): as without sequences */
     PB_SEQ_NEXT,     /* to be handled: the next of its aggregate if the ones before it succeed */
-    PB_SEQ_DUP,      /* at or below the last handled one */
-    PB_SEQ_EARLY,    /* beyond the next one: expected[i] is missing */
+    PB_SEQ_LATE,     /* at or below the highest handled one: handled if its id is new */
+    PB_SEQ_EARLY,    /* beyond the next one while waiting for gaps: expected[i] is missing */
 } pb_seq_class_t;
+
+/* Why a message is handled out of its aggregate's order (postbox_consumer_out_of_order_total). */
+typedef enum pb_seq_disorder {
+    PB_DISORDER_NONE = 0,
+    PB_DISORDER_LATE,        /* its number is at or below one handled already */
+    PB_DISORDER_GAP_SKIPPED, /* handled without the missing numbers before it (gap_timeout) */
+} pb_seq_disorder_t;
 
 typedef struct pb_inbox_seq {
     size_t *order;     /* the messages with a sequence number, grouped by aggregate */
@@ -33,7 +44,9 @@ typedef struct pb_inbox_seq {
     int64_t *base;     /* per message: its aggregate's last handled number before the batch */
     int64_t *expected; /* per message, PB_SEQ_EARLY: the number its aggregate waits for */
     uint8_t *cls;      /* per message: pb_seq_class_t */
+    uint8_t *disorder; /* per message: pb_seq_disorder_t */
     size_t cap;
+    bool wait_for_gaps; /* set by the owner: the subscription takes every event of an aggregate */
     pb_buf_t text[4];  /* array literals of a statement's parameters */
 } pb_inbox_seq_t;
 
@@ -45,15 +58,17 @@ void pb_inbox_seq_free(pb_inbox_seq_t *sq);
 size_t pb_inbox_seq_group(pb_inbox_seq_t *sq, const pb_message_t *msgs, size_t n);
 
 /* For the fast path, after pb_inbox_seq_group: true when every aggregate's numbers in the batch
- * are consecutive and none is flagged; then params[0..4] are the parameters of the statement
- * "pb_inbox_seq_advance" (after params[0] = consumer), which fails unless each aggregate's last
- * handled number is the one before its first in the batch, and moves it to its last. */
+ * rise (consecutive ones when waiting for gaps) and none is flagged; then *stmt and
+ * params[0..4] are the statement and its parameters (after params[0] = consumer) that fail
+ * unless each aggregate's highest handled number is the one before its first in the batch
+ * (waiting for gaps) or below it (not waiting), and move it to its last. */
 bool pb_inbox_seq_fast(pb_inbox_seq_t *sq, const pb_message_t *msgs, const uint8_t *flags,
-                       size_t n, const char *consumer, const char *params[5]);
+                       size_t n, const char *consumer, const char **stmt, const char *params[5]);
 
 /* The careful path, after pb_inbox_seq_group, in the batch's transaction: reads (and locks) the
- * aggregates' rows and sets sq->cls (and base, expected) for every message. A message flagged
- * PB_INBOX_SKIP_GAP is taken as the next one, whatever is missing before it (logged). */
+ * aggregates' rows and sets sq->cls, sq->disorder (and base, expected) for every message. A
+ * message flagged PB_INBOX_SKIP_GAP is taken as the next one, whatever is missing before it
+ * (logged). */
 pb_status_t pb_inbox_seq_check(pb_inbox_seq_t *sq, PGconn *conn, const char *consumer,
                                const pb_message_t *msgs, const uint8_t *flags, size_t n,
                                pb_error_t *err) PB_MUSTCHECK;

@@ -67,6 +67,9 @@ static family_t inbox_failures = {"postbox_inbox_handler_failures_total", "count
 static family_t inbox_dead = {"postbox_inbox_dead_total", "counter",
                               "messages moved to postbox.inbox_dead, by consumer",
                               {"consumer", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t out_of_order = {"postbox_consumer_out_of_order_total", "counter",
+                                "messages handled out of their aggregate's sequence order, by consumer and reason (late: its number is at or below one handled already; gap_skipped: handled without the missing numbers before it after consume.gap_timeout)",
+                                {"consumer", "reason"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t slot_lag = {"postbox_replication_slot_lag_bytes", "gauge",
                             "WAL bytes between the current position and the slot's confirmed flush position",
                             {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
@@ -102,7 +105,8 @@ static family_t consumer_lag = {"postbox_consumer_lag_messages", "gauge",
 static family_t *const families_relay[] = {&published, &publish_errors, &dead_letters_total,
                                            &slot_lag, &cdc_rejected, &redis_stream_length};
 static family_t *const families_consume[] = {&inbox_processed, &inbox_duplicates,
-                                             &inbox_failures, &inbox_dead, &redis_stream_length,
+                                             &inbox_failures, &inbox_dead, &out_of_order,
+                                             &redis_stream_length,
                                              &redis_group_pending, &redis_group_lag,
                                              &redis_group_oldest_idle};
 
@@ -352,6 +356,11 @@ void pb_metrics_inbox(const char *consumer, uint64_t processed, uint64_t duplica
     series_of(&inbox_failures, values)->value += (double)failures;
     series_of(&inbox_dead, values)->value += (double)dead;
     pthread_mutex_unlock(&lock);
+}
+
+void pb_metrics_out_of_order(const char *consumer, const char *reason, uint64_t n)
+{
+    add(&out_of_order, consumer, reason, (double)n);
 }
 
 void pb_metrics_purged(const char *table, uint64_t rows)

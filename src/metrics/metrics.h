@@ -70,6 +70,9 @@ void pb_metrics_set_redis_group(const char *stream, const char *group, int64_t p
 void pb_metrics_inbox(const char *consumer, uint64_t processed, uint64_t duplicates,
                       uint64_t failures, uint64_t dead);
 
+/* Messages handled out of their aggregate's order; reason: "late" or "gap_skipped". */
+void pb_metrics_out_of_order(const char *consumer, const char *reason, uint64_t n);
+
 /* --- purge --------------------------------------------------------------------------------- */
 
 /* Rows deleted by retention; table: "outbox" or "inbox". */

@@ -28,7 +28,7 @@
  *       earlier batch (the aggregate of message i is i mod 100: K=100 sends no message before
  *       an earlier batch's message of its aggregate is confirmed); --sequence: also the header
  *       aggregate_sequence (an integer), as the relay sends it
- *   amqp-tool publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT]
+ *   amqp-tool publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT] [--header KEY=VALUE...]
  *       COUNT (default 1) copies of one persistent message, mandatory, with publisher confirms
  *       (BODY @FILE: the bytes of FILE, NUL bytes included):
  *       the same message_id each time (an empty MESSAGE_ID: no message_id property; an empty
@@ -610,8 +610,26 @@ static int cmd_publish_raw(int argc, char **argv)
 
 static int cmd_publish(int argc, char **argv)
 {
+    /* --header KEY=VALUE (text headers, any number), anywhere after the command */
+    amqp_table_entry_t headers[16];
+    int n_headers = 0, kept = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--header") != 0) {
+            argv[kept++] = argv[i];
+            continue;
+        }
+        const char *kv = i + 1 < argc ? argv[++i] : "";
+        const char *eq = strchr(kv, '=');
+        if (!eq || n_headers == 16)
+            die("--header takes KEY=VALUE (at most 16)");
+        headers[n_headers].key = (amqp_bytes_t){.len = (size_t)(eq - kv), .bytes = (void *)kv};
+        headers[n_headers].value.kind = AMQP_FIELD_KIND_UTF8;
+        headers[n_headers++].value.value.bytes = amqp_cstring_bytes(eq + 1);
+    }
+    argc = kept;
     if (argc != 6 && argc != 7)
-        die("usage: publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT]");
+        die("usage: publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT] "
+            "[--header KEY=VALUE...]");
     const char *url = argv[0];
     amqp_bytes_t exchange = amqp_cstring_bytes(argv[1]);
     amqp_bytes_t rkey = amqp_cstring_bytes(argv[2]);
@@ -660,6 +678,10 @@ static int cmd_publish(int argc, char **argv)
         props._flags |= AMQP_BASIC_TYPE_FLAG;
         props.type = amqp_cstring_bytes(type);
     }
+    if (n_headers) {
+        props._flags |= AMQP_BASIC_HEADERS_FLAG;
+        props.headers = (amqp_table_t){.num_entries = n_headers, .entries = headers};
+    }
     for (uint64_t i = 1; i <= s.n; i++) {
         check_status(amqp_basic_publish(conn, CHANNEL, exchange, rkey, 1, 0, &props, body),
                      "basic.publish");
@@ -675,7 +697,7 @@ static int cmd_publish(int argc, char **argv)
     if (s.nacked || s.returned)
         die("%" PRIu64 " message(s) nacked and %" PRIu64 " returned (unroutable: is a queue bound?)",
             s.nacked, s.returned);
-    printf("published %" PRIu64 " message(s) with message_id '%s', type '%s'\n", s.n, id, type);
+    printf("published %" PRIu64 " message(s) with message_id '%.60s', type '%s'\n", s.n, id, type);
     return 0;
 }
 
@@ -757,7 +779,7 @@ static void usage(void)
             "       amqp-tool drain URL QUEUE [--expect N] [--idle-ms MS] [--timeout-s S]\n"
             "       amqp-tool count URL QUEUE\n"
             "       amqp-tool publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW\n"
-            "       amqp-tool publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT]\n"
+            "       amqp-tool publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT] [--header K=V...]\n"
             "       amqp-tool consume-raw URL QUEUE N PREFETCH [BATCH]\n");
     exit(2);
 }
