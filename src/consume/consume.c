@@ -54,6 +54,7 @@ typedef struct consumer {
     bool wait_for_gaps; /* the subscription takes every event of an aggregate */
     pb_inbox_counts_t counts, stats_counts;
     int64_t drain_said; /* when --drain last said what it waits for */
+    int64_t held_full_said; /* when the byte bound of the hold was last logged */
     int64_t stats_at;
 } consumer_t;
 
@@ -291,6 +292,16 @@ static pb_status_t consume_batch(consumer_t *c, bool *idle, pb_error_t *err)
     int64_t now = pb_monotonic_ms();
     size_t k = pb_hold_take(c->hold, c->msgs, c->flags, cap, now);
     size_t room = cap - k;
+    if (pb_hold_bytes(c->hold) >= (size_t)cfg->consume_max_held_bytes) {
+        /* no fresh messages until held ones go on (see hold.h) */
+        room = 0;
+        if (now - c->held_full_said >= 5000) {
+            log_warn(FAC, "%zu messages of %zu bytes held back (consume.max_held_bytes): taking no "
+                          "new messages until held ones go on", pb_hold_count(c->hold),
+                     pb_hold_bytes(c->hold));
+            c->held_full_said = now;
+        }
+    }
     int64_t wait = k ? 0 : pb_hold_wait_ms(c->hold, now, RECEIVE_TICK_MS);
     size_t n_fresh = 0;
     pb_error_t src_err;
@@ -305,9 +316,8 @@ static pb_status_t consume_batch(consumer_t *c, bool *idle, pb_error_t *err)
     size_t n_back;
     size_t n = pb_hold_admit(c->hold, c->msgs, c->flags, k, n_fresh, full, c->acks, &n_back);
     if (n_back)
-        log_warn(FAC, "%zu messages (%zu bytes) held back (consume.max_held, max_held_bytes): %zu "
-                      "more of held aggregates given back to the broker for later",
-                 pb_hold_count(c->hold), pb_hold_bytes(c->hold), n_back);
+        log_warn(FAC, "%zu messages held back (consume.max_held): %zu more of held aggregates "
+                      "given back to the broker for later", pb_hold_count(c->hold), n_back);
     for (size_t i = 0; i < n_back; i++)
         if (c->src->ops->requeue(c->src, c->acks[i], &src_err) != PB_OK) {
             log_warn(FAC, "%s broker connection lost: %s", c->src->ops->name, src_err.msg);
@@ -401,7 +411,7 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
     c.flags = pb_malloc(cap * sizeof *c.flags);
     c.verdicts = pb_malloc(cap * sizeof *c.verdicts);
     c.acks = pb_malloc(cap * sizeof *c.acks);
-    c.hold = pb_hold_new(cfg->consume_gap_timeout, (size_t)cfg->consume_max_held_bytes);
+    c.hold = pb_hold_new(cfg->consume_gap_timeout);
     c.n_lanes = (int)cfg->consume_lanes;
     c.lanes = pb_malloc((size_t)c.n_lanes * sizeof *c.lanes);
     memset(c.lanes, 0, (size_t)c.n_lanes * sizeof *c.lanes);

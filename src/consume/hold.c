@@ -31,7 +31,6 @@ typedef struct agg {
 
 struct pb_hold {
     int64_t gap_timeout_ms;
-    size_t max_bytes;
     agg_t **aggs;
     size_t n_aggs, cap_aggs;
     size_t *slots; /* open addressing over aggs: index + 1, 0 = empty */
@@ -266,12 +265,11 @@ static int64_t wait_of(const pb_hold_t *h, const agg_t *a, int64_t now)
 
 /* ---- the interface ---------------------------------------------------------------------------- */
 
-pb_hold_t *pb_hold_new(int64_t gap_timeout_ms, size_t max_bytes)
+pb_hold_t *pb_hold_new(int64_t gap_timeout_ms)
 {
     pb_hold_t *h = pb_malloc(sizeof *h);
     memset(h, 0, sizeof *h);
     h->gap_timeout_ms = gap_timeout_ms;
-    h->max_bytes = max_bytes;
     return h;
 }
 
@@ -361,8 +359,7 @@ size_t pb_hold_admit(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t k, 
         /* behind held messages of its aggregate: kept, and it may be the missing one */
         int64_t seq = out[i].sequence;
         bool may_fill = a->waiting_for > 0 && (seq == 0 || seq <= a->waiting_for);
-        bool over = full || h->bytes + size_of(&out[i]) > h->max_bytes;
-        if (over && !may_fill) {
+        if (full && !may_fill) {
             back[(*n_back)++] = out[i].tag;
             continue;
         }

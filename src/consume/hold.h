@@ -17,10 +17,12 @@
  * messages reach the inbox in order. Messages handed out by pb_hold_take stay owned by h: their
  * strings are valid until pb_hold_settle.
  *
- * Memory: what is held is bounded in count by the caller (pb_hold_count against
- * consume.max_held) and in bytes by the hold (consume.max_held_bytes): at either bound, fresh
- * messages that would be held are given back to the broker instead (redelivered later), except
- * those that may fill an aggregate's gap, so that the held ones can go on.
+ * Memory: what is held is bounded by the caller. In count (pb_hold_count against
+ * consume.max_held): at the bound, fresh messages that would be held are given back to the
+ * broker instead (redelivered later), except those that may fill an aggregate's gap, so that the
+ * held ones can go on. In bytes (pb_hold_bytes against consume.max_held_bytes): at the bound the
+ * caller takes no fresh messages until held ones go on, which keeps every aggregate's order
+ * (a message given back can come again behind later ones of its aggregate).
  *
  * @thread loop: the consumer's thread only. */
 #ifndef PB_CONSUME_HOLD_H
@@ -36,9 +38,8 @@
 typedef struct pb_hold pb_hold_t;
 
 /* gap_timeout_ms: how long an aggregate waits for a missing sequence number before its held
- * messages go on without it (PB_INBOX_SKIP_GAP); 0: never wait. max_bytes: what pb_hold_admit
- * keeps at most, in bytes of the copies. */
-pb_hold_t *pb_hold_new(int64_t gap_timeout_ms, size_t max_bytes);
+ * messages go on without it (PB_INBOX_SKIP_GAP); 0: never wait. */
+pb_hold_t *pb_hold_new(int64_t gap_timeout_ms);
 void pb_hold_free(pb_hold_t *h);
 
 /* Messages held now, and the bytes their copies take. */
@@ -55,10 +56,10 @@ size_t pb_hold_take(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t cap,
 
 /* out[k..k+n) are fresh messages: those whose aggregate has messages held here are copied and
  * kept (they go on when their aggregate does), the others stay in the batch. With full (held
- * at the count bound), or when its copy would pass max_bytes, one that would be kept is not,
- * unless it may be the sequence number its aggregate waits for: its tag goes into
- * back[*n_back] (room for n), for the caller to give back to the broker. Then sorts out[0..)
- * per aggregate by sequence number, then arrival. Returns the batch's new length. */
+ * at the count bound), one that would be kept is not, unless it may be the sequence number its
+ * aggregate waits for: its tag goes into back[*n_back] (room for n), for the caller to give
+ * back to the broker. Then sorts out[0..) per aggregate by sequence number, then arrival.
+ * Returns the batch's new length. */
 size_t pb_hold_admit(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t k, size_t n,
                      bool full, uint64_t *back, size_t *n_back);
 

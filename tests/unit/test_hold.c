@@ -82,7 +82,7 @@ static pb_inbox_verdict_t hold(int64_t expected) { return (pb_inbox_verdict_t){P
 static void failed_message_holds_back_its_aggregate(void **state)
 {
     (void)state;
-    pb_hold_t *h = pb_hold_new(60000, SIZE_MAX);
+    pb_hold_t *h = pb_hold_new(60000);
     pb_message_t b[CAP];
     uint8_t fl[CAP];
     uint64_t acks[CAP];
@@ -137,7 +137,7 @@ static void failed_message_holds_back_its_aggregate(void **state)
 static void messages_without_aggregate_are_independent(void **state)
 {
     (void)state;
-    pb_hold_t *h = pb_hold_new(60000, SIZE_MAX);
+    pb_hold_t *h = pb_hold_new(60000);
     pb_message_t b[CAP];
     uint8_t fl[CAP];
     uint64_t acks[CAP];
@@ -164,7 +164,7 @@ static void messages_without_aggregate_are_independent(void **state)
 static void early_message_waits_for_the_missing_one(void **state)
 {
     (void)state;
-    pb_hold_t *h = pb_hold_new(60000, SIZE_MAX);
+    pb_hold_t *h = pb_hold_new(60000);
     pb_message_t b[CAP];
     uint8_t fl[CAP];
     uint64_t acks[CAP];
@@ -204,7 +204,7 @@ static void early_message_waits_for_the_missing_one(void **state)
 static void gap_times_out(void **state)
 {
     (void)state;
-    pb_hold_t *h = pb_hold_new(500, SIZE_MAX);
+    pb_hold_t *h = pb_hold_new(500);
     pb_message_t b[CAP];
     uint8_t fl[CAP];
     uint64_t acks[CAP];
@@ -232,7 +232,7 @@ static void gap_times_out(void **state)
 static void held_behind_a_dead_letter_goes_on(void **state)
 {
     (void)state;
-    pb_hold_t *h = pb_hold_new(60000, SIZE_MAX);
+    pb_hold_t *h = pb_hold_new(60000);
     pb_message_t b[CAP];
     uint8_t fl[CAP];
     uint64_t acks[CAP];
@@ -252,7 +252,7 @@ static void held_behind_a_dead_letter_goes_on(void **state)
 static void full_hold_gives_back_all_but_gap_fillers(void **state)
 {
     (void)state;
-    pb_hold_t *h = pb_hold_new(60000, SIZE_MAX);
+    pb_hold_t *h = pb_hold_new(60000);
     pb_message_t b[CAP];
     uint8_t fl[CAP];
     uint64_t acks[CAP], back[CAP];
@@ -283,34 +283,35 @@ static void full_hold_gives_back_all_but_gap_fillers(void **state)
     pb_hold_free(h);
 }
 
-/* The byte bound: behind a failure, fresh messages are kept while their copies fit in
- * max_bytes; the rest is given back, and what waits for nothing stays in the batch. */
-static void byte_bound_gives_back_what_would_pass_it(void **state)
+/* The bytes of what is held, for the caller's bound (consume.max_held_bytes): each held copy
+ * counts its strings and body, and nothing is left counted once it goes on or is cleared. */
+static void held_bytes_are_counted(void **state)
 {
     (void)state;
     pb_message_t b[CAP];
     uint8_t fl[CAP];
-    uint64_t acks[CAP], back[CAP];
-    size_t n_acks, n_back;
+    uint64_t acks[CAP];
+    size_t n_acks;
+    pb_hold_t *h = pb_hold_new(60000);
     b[0] = msg("A", 0);
     size_t one = strlen(b[0].message_id) + 1 + strlen(b[0].type) + 1 + strlen("order") + 1 +
                  strlen("A") + 1 + strlen("{}") + 1 + b[0].body_len + 1;
-    pb_hold_t *h = pb_hold_new(60000, 3 * one);
     size_t n = admit(h, b, fl, 0, 1);
     pb_inbox_verdict_t v[1] = {retry(1000)};
     pb_hold_settle(h, b, v, n, 0, acks, &n_acks);
     assert_int_equal(pb_hold_bytes(h), one);
     for (int i = 0; i < 4; i++)
-        b[i] = msg("A", 0); /* tags 2..5, all behind the failure */
-    b[4] = msg("B", 0);     /* tag 6 */
-    n = pb_hold_admit(h, b, fl, 0, 5, false, back, &n_back);
+        b[i] = msg("A", 0); /* behind the failure: all kept */
+    b[4] = msg("B", 0);     /* waits for nothing */
+    n = admit(h, b, fl, 0, 5);
     assert_int_equal(n, 1);
-    assert_string_equal(b[0].aggregate_id, "B");
-    assert_int_equal(pb_hold_count(h), 3);
-    assert_true(pb_hold_bytes(h) <= 3 * one);
-    assert_int_equal(n_back, 2);
-    assert_int_equal(back[0], 4);
-    assert_int_equal(back[1], 5);
+    assert_int_equal(pb_hold_count(h), 5);
+    assert_int_equal(pb_hold_bytes(h), 5 * one);
+    size_t k = pb_hold_take(h, b, fl, CAP, 1000);
+    assert_int_equal(k, 5);
+    pb_inbox_verdict_t v2[5] = {ack(), ack(), ack(), hold(0), hold(0)};
+    pb_hold_settle(h, b, v2, 5, 1000, acks, &n_acks);
+    assert_int_equal(pb_hold_bytes(h), 2 * one);
     pb_hold_clear(h);
     assert_int_equal(pb_hold_bytes(h), 0);
     pb_hold_free(h);
@@ -367,7 +368,7 @@ static void fake_inbox(sim_t *s, const pb_message_t *b, const uint8_t *fl, size_
 static void simulated_consumer_keeps_order_and_lets_others_flow(void **state)
 {
     (void)state;
-    pb_hold_t *h = pb_hold_new(60000, SIZE_MAX);
+    pb_hold_t *h = pb_hold_new(60000);
     static sim_t s;
     memset(&s, 0, sizeof s);
     pb_message_t queue[N_AGG * PER_AGG];
@@ -417,7 +418,7 @@ int main(void)
         cmocka_unit_test_setup(gap_times_out, setup),
         cmocka_unit_test_setup(held_behind_a_dead_letter_goes_on, setup),
         cmocka_unit_test_setup(full_hold_gives_back_all_but_gap_fillers, setup),
-        cmocka_unit_test_setup(byte_bound_gives_back_what_would_pass_it, setup),
+        cmocka_unit_test_setup(held_bytes_are_counted, setup),
         cmocka_unit_test_setup(simulated_consumer_keeps_order_and_lets_others_flow, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
