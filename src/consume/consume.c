@@ -9,6 +9,7 @@
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/retry.h"
 #include "consume/hold.h"
 #include "consume/subscription.h"
 #include "inbox/inbox.h"
@@ -45,7 +46,7 @@ typedef struct consumer {
     bool pg_up;
     pb_source_t *src;
     bool src_up;
-    int src_attempt;
+    pb_retry_t src_retry; /* the backoff of the source's connects */
     pb_message_t *msgs; /* the batch: held messages that go on, then fresh ones */
     uint8_t *flags;     /* PB_INBOX_* per message of the batch */
     pb_inbox_verdict_t *verdicts;
@@ -77,13 +78,6 @@ static void drop_source(consumer_t *c)
 {
     c->src_up = false;
     pb_hold_clear(c->hold);
-}
-
-static void nap(consumer_t *c, int64_t ms)
-{
-    int64_t until = pb_monotonic_ms() + ms;
-    while (!*c->stop && pb_monotonic_ms() < until)
-        pb_sleep_ms(until - pb_monotonic_ms() < 200 ? until - pb_monotonic_ms() : 200);
 }
 
 /* While PostgreSQL works on a batch (lane 0, on the consumer's thread): decodes the broker's
@@ -141,25 +135,23 @@ static pb_status_t connect_pg(consumer_t *c, pb_error_t *err)
     return PB_OK;
 }
 
+static pb_status_t source_connect(void *arg, pb_error_t *err)
+{
+    pb_source_t *src = arg;
+    return src->ops->connect(src, err);
+}
+
 static pb_status_t connect_source(consumer_t *c, pb_error_t *err)
 {
-    while (!*c->stop) {
-        pb_status_t st = c->src->ops->connect(c->src, err);
-        if (st == PB_OK) {
-            c->src_attempt = 0;
-            c->src_up = true;
-            return PB_OK;
-        }
-        if (st == PB_FATAL)
-            return st;
-        c->src_attempt++;
-        int64_t delay = pb_backoff_ms(c->src_attempt, 200, c->cfg->consume_reconnect_cap,
-                                      pb_random_unit());
-        log_warn(FAC, "waiting for the %s broker (attempt %d, next in %lld ms): %s",
-                 c->src->ops->name, c->src_attempt, (long long)delay, err->msg);
-        nap(c, delay);
-    }
-    return pb_fail(err, PB_TRANSIENT, "interrupted while waiting for the broker");
+    char what[64];
+    snprintf(what, sizeof what, "the %s broker", c->src->ops->name);
+    c->src_retry.fac = FAC;
+    c->src_retry.what = what;
+    c->src_retry.cap_ms = c->cfg->consume_reconnect_cap;
+    c->src_retry.stop = c->stop;
+    pb_status_t st = pb_retry_connect(&c->src_retry, source_connect, c->src, err);
+    c->src_up = st == PB_OK;
+    return st;
 }
 
 /* After the commit: acknowledges what is settled; pb_hold_settle kept the rest. */

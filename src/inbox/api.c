@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/err.h"
+#include "store/inbox_sql.h"
 
 static bool run(PGconn *conn, const char *sql, char *errbuf, size_t errlen)
 {
@@ -34,11 +35,7 @@ int postbox_inbox_process(PGconn *conn, const char *consumer, const char *messag
     if (!run(conn, "SAVEPOINT postbox_inbox", errbuf, errlen))
         return POSTBOX_INBOX_FAILED;
     const char *params[3] = {consumer, message_id, message_type};
-    PGresult *res = PQexecParams(conn,
-                                 "INSERT INTO postbox.inbox (consumer, message_id, message_type, "
-                                 "processed_at) VALUES ($1, $2, $3, now()) "
-                                 "ON CONFLICT DO NOTHING RETURNING 1",
-                                 3, NULL, params, NULL, NULL, 0);
+    PGresult *res = PQexecParams(conn, PB_INBOX_CLAIM_ONE_SQL, 3, NULL, params, NULL, NULL, 0);
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         pb_errbuf_set(errbuf, errlen, "postbox_inbox_process: inbox write: %s",
                       PQresultErrorMessage(res));

@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/str.h"
+#include "store/inbox_sql.h"
 #include "store/pg.h"
 
 #define FAC "inbox"
@@ -36,48 +37,6 @@ enum msg_state {
     ST_EARLY,   /* beyond its aggregate's next sequence number: held */
 };
 
-/* One statement records the whole batch: the ids it returns are the new ones. ON CONFLICT goes
- * through the primary key whatever the planner thinks of the table, skips repeats within the
- * batch, and waits for a concurrent consumer's insert of the same id to commit or roll back. */
-static const char claim_batch_sql[] =
-    "INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
-    "SELECT $1, u.id, u.type, now() FROM unnest($2::text[], $3::text[]) AS u(id, type) "
-    "ON CONFLICT DO NOTHING RETURNING message_id";
-/* The fast path's claim: a plain INSERT, which fails (aborting the transaction, so that no
- * handler runs) unless every row is new. Without ON CONFLICT it also skips the speculative
- * insertion, a tenth of the server's work per message. */
-static const char claim_all_sql[] =
-    "INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
-    "SELECT $1, u.id, u.type, now() FROM unnest($2::text[], $3::text[]) AS u(id, type)";
-/* A failed handler gives its message's row back, so that the retry is not taken for a
- * duplicate. */
-static const char release_sql[] =
-    "DELETE FROM postbox.inbox WHERE consumer = $1 AND message_id = $2";
-static const char fail_sql[] =
-    "INSERT INTO postbox.inbox_failures AS f (consumer, message_id, attempts, last_error) "
-    "VALUES ($1, $2, 1, $3) ON CONFLICT (consumer, message_id) DO UPDATE "
-    "SET attempts = f.attempts + 1, last_error = EXCLUDED.last_error, last_failed_at = now() "
-    "RETURNING attempts";
-/* A dead message keeps an inbox row (processed_at NULL) so that a redelivery is acknowledged as
- * a duplicate instead of failing all over again. */
-static const char dead_sql[] =
-    "WITH cleared AS (DELETE FROM postbox.inbox_failures WHERE consumer = $1 AND message_id = $2), "
-    "marked AS (INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
-    "           SELECT $1, $2, $3, NULL WHERE $2 IS NOT NULL ON CONFLICT DO NOTHING) "
-    "INSERT INTO postbox.inbox_dead (consumer, message_id, message_type, exchange, routing_key, "
-    "    headers, body, error, attempts) "
-    "VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::bytea, $8, $9::integer)";
-/* commit_inbox_first: the row is committed on its own before the handler runs */
-static const char claim_sql[] =
-    "INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
-    "VALUES ($1, $2, $3, NULL) ON CONFLICT DO NOTHING RETURNING 1";
-static const char done_sql[] =
-    "UPDATE postbox.inbox SET processed_at = now() WHERE consumer = $1 AND message_id = $2";
-/* The rows of messages held back behind a failure, claimed with the batch. */
-static const char release_many_sql[] =
-    "DELETE FROM postbox.inbox WHERE consumer = $1 AND message_id = ANY($2::text[])";
-static const char clear_sql[] =
-    "DELETE FROM postbox.inbox_failures WHERE consumer = $1 AND message_id = ANY($2::text[])";
 
 static pb_status_t prepare(PGconn *conn, const char *name, const char *sql, int nparams,
                            const Oid *types, const char *what, pb_error_t *err)
@@ -98,20 +57,7 @@ pb_status_t pb_inbox_init(pb_inbox_t *ib, PGconn *conn, const pb_config_t *cfg, 
     ib->conn = conn;
     ib->cfg = cfg;
     pb_status_t st;
-    if ((st = prepare(conn, "pb_inbox_claim_batch", claim_batch_sql, 0, NULL, "prepare inbox claim",
-                      err)) ||
-        (st = prepare(conn, "pb_inbox_claim_all", claim_all_sql, 0, NULL, "prepare inbox claim",
-                      err)) ||
-        (st = prepare(conn, "pb_inbox_release", release_sql, 0, NULL, "prepare inbox release",
-                      err)) ||
-        (st = prepare(conn, "pb_inbox_fail", fail_sql, 0, NULL, "prepare inbox failure", err)) ||
-        (st = prepare(conn, "pb_inbox_dead", dead_sql, 0, NULL, "prepare inbox dead letter", err)) ||
-        (st = prepare(conn, "pb_inbox_clear", clear_sql, 0, NULL, "prepare inbox clear", err)) ||
-        (st = prepare(conn, "pb_inbox_release_many", release_many_sql, 0, NULL,
-                      "prepare inbox release", err)) ||
-        (st = prepare(conn, "pb_inbox_claim", claim_sql, 0, NULL, "prepare inbox claim", err)) ||
-        (st = prepare(conn, "pb_inbox_done", done_sql, 0, NULL, "prepare inbox done", err)) ||
-        (st = pb_inbox_seq_prepare(conn, err)))
+    if ((st = pb_inbox_sql_prepare(conn, err)) != PB_OK)
         goto fail;
     /* handlers: one per [handlers] entry, then the default (type NULL) */
     ib->n_handlers = cfg->n_handlers + (*cfg->consume_handler ? 1 : 0);

@@ -10,41 +10,6 @@
 
 #define FAC "inbox"
 
-/* The rows of the batch's aggregates, locked for the transaction (another consumer process of
- * the same consumer waits), with the position of each in the parameter arrays. */
-static const char get_sql[] =
-    "SELECT w.o, s.last_sequence FROM postbox.inbox_sequences s "
-    "JOIN unnest($2::text[], $3::text[]) WITH ORDINALITY AS w(t, i, o) "
-    "  ON s.aggregate_type = w.t AND s.aggregate_id = w.i "
-    "WHERE s.consumer = $1 FOR UPDATE OF s";
-static const char put_sql[] =
-    "INSERT INTO postbox.inbox_sequences AS s (consumer, aggregate_type, aggregate_id, "
-    "    last_sequence) "
-    "SELECT $1, w.t, w.i, w.l FROM unnest($2::text[], $3::text[], $4::bigint[]) AS w(t, i, l) "
-    "ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE "
-    "SET last_sequence = greatest(s.last_sequence, EXCLUDED.last_sequence), updated_at = now()";
-static const char advance_sql[] =
-    "SELECT postbox.inbox_advance($1, $2::text[], $3::text[], $4::bigint[], $5::bigint[])";
-static const char advance_past_sql[] =
-    "SELECT postbox.inbox_advance_past($1, $2::text[], $3::text[], $4::bigint[], $5::bigint[])";
-
-pb_status_t pb_inbox_seq_prepare(PGconn *conn, pb_error_t *err)
-{
-    static const struct { const char *name, *sql; } stmts[] = {
-        {"pb_inbox_seq_get", get_sql},
-        {"pb_inbox_seq_put", put_sql},
-        {"pb_inbox_seq_advance", advance_sql},
-        {"pb_inbox_seq_advance_past", advance_past_sql},
-    };
-    for (size_t k = 0; k < sizeof stmts / sizeof *stmts; k++) {
-        PGresult *res = PQprepare(conn, stmts[k].name, stmts[k].sql, 0, NULL);
-        pb_status_t st = pb_pg_check(conn, res, PGRES_COMMAND_OK, "prepare inbox sequences", err);
-        if (st != PB_OK)
-            return st;
-        PQclear(res);
-    }
-    return PB_OK;
-}
 
 void pb_inbox_seq_free(pb_inbox_seq_t *sq)
 {

@@ -11,7 +11,8 @@
  *                                arrive (PB_INBOX_HOLD); otherwise to be handled.
  * Messages without a sequence number or without aggregate_id are not looked at.
  *
- * Used by inbox.c on the connection of one lane; the arrays are per batch. */
+ * Used by inbox.c on the connection of one lane; the arrays are per batch. The statements
+ * (pb_inbox_seq_*) are in store/inbox_sql.c. */
 #ifndef PB_INBOX_SEQUENCE_H
 #define PB_INBOX_SEQUENCE_H
 
@@ -50,8 +51,6 @@ typedef struct pb_inbox_seq {
     pb_buf_t text[4];  /* array literals of a statement's parameters */
 } pb_inbox_seq_t;
 
-/* Prepares the statements on conn (after every reconnect). */
-pb_status_t pb_inbox_seq_prepare(PGconn *conn, pb_error_t *err) PB_MUSTCHECK;
 void pb_inbox_seq_free(pb_inbox_seq_t *sq);
 
 /* Groups msgs[0..n) by aggregate; returns how many carry a sequence number. */

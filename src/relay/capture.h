@@ -91,7 +91,5 @@ static inline void pb_capture_free(pb_capture_t *cap)
         cap->ops->free(cap);
 }
 
-/* Sleeps ms milliseconds in short naps, returning early once *stop is set. */
-void pb_nap(volatile sig_atomic_t *stop, int64_t ms);
 
 #endif

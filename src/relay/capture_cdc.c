@@ -20,6 +20,7 @@
 #include "cdc/stream.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/retry.h"
 #include "common/str.h"
 #include "metrics/metrics.h"
 #include "relay/capture.h"

@@ -25,6 +25,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/retry.h"
 #include "common/str.h"
 #include "relay/capture.h"
 #include "relay/shards.h"

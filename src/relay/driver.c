@@ -6,6 +6,7 @@
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/retry.h"
 #include "common/str.h"
 #include "metrics/metrics.h"
 #include "relay/holdback.h"
@@ -24,7 +25,7 @@ typedef struct driver {
     pb_mask_t *mask; /* the [mask] rules, applied before any sink sees an event */
     bool sink_up;
     bool sink_was_up; /* connected once: a later loss is a loss, not the start */
-    int sink_attempt; /* consecutive failed connects, for the backoff */
+    pb_retry_t sink_retry; /* the backoff of the sink's connects */
     pb_holdback_t hold;
     /* per event of the batch in hand */
     size_t cap_events;
@@ -46,17 +47,6 @@ typedef struct driver {
     uint64_t published, retried, dead, logged_published;
     int64_t logged_at;
 } driver_t;
-
-void pb_nap(volatile sig_atomic_t *stop, int64_t ms)
-{
-    int64_t until = pb_monotonic_ms() + ms;
-    while (!*stop) {
-        int64_t left = until - pb_monotonic_ms();
-        if (left <= 0)
-            break;
-        pb_sleep_ms(left < 200 ? left : 200);
-    }
-}
 
 static void log_totals(driver_t *d, bool force)
 {
@@ -92,34 +82,32 @@ static pb_status_t wait_keeping(driver_t *d, int64_t ms, bool keep, pb_error_t *
     return PB_OK;
 }
 
+static pb_status_t wait_keeping_alive(void *arg, int64_t ms, pb_error_t *err)
+{
+    return wait_keeping(arg, ms, true, err);
+}
+
+static pb_status_t sink_connect(void *arg, pb_error_t *err)
+{
+    pb_sink_t *snk = arg;
+    return snk->ops->connect(snk, err);
+}
+
 /* Connects the sink, retrying transient failures with backoff (keeping the capture alive with
  * keep). PB_TRANSIENT only when stopped. */
 static pb_status_t connect_sink(driver_t *d, bool keep, pb_error_t *err)
 {
-    while (!*d->stop) {
-        pb_status_t st = d->snk->ops->connect(d->snk, err);
-        if (st == PB_OK) {
-            if (d->sink_attempt)
-                log_info(FAC, "%s sink connected after %d attempts", d->snk->ops->name,
-                         d->sink_attempt + 1);
-            d->sink_attempt = 0;
-            d->sink_up = true;
-            return PB_OK;
-        }
-        if (st == PB_FATAL)
-            return st;
-        d->sink_attempt++;
-        int64_t delay = pb_backoff_ms(d->sink_attempt, 200, d->cfg->relay_reconnect_cap,
-                                      pb_random_unit());
-        log_warn(FAC, "waiting for the %s broker (attempt %d, next in %lld ms): %s",
-                 d->snk->ops->name, d->sink_attempt, (long long)delay, err->msg);
-        pb_error_t why;
-        if ((st = wait_keeping(d, delay, keep, &why)) != PB_OK) {
-            *err = why;
-            return st;
-        }
-    }
-    return pb_fail(err, PB_TRANSIENT, "interrupted while waiting for the broker");
+    char what[64];
+    snprintf(what, sizeof what, "the %s broker", d->snk->ops->name);
+    d->sink_retry.fac = FAC;
+    d->sink_retry.what = what;
+    d->sink_retry.cap_ms = d->cfg->relay_reconnect_cap;
+    d->sink_retry.stop = d->stop;
+    d->sink_retry.wait = keep ? wait_keeping_alive : NULL;
+    d->sink_retry.wait_arg = d;
+    pb_status_t st = pb_retry_connect(&d->sink_retry, sink_connect, d->snk, err);
+    d->sink_up = st == PB_OK;
+    return st;
 }
 
 static void ensure_capacity(driver_t *d, size_t n)

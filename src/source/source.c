@@ -15,16 +15,23 @@ int64_t pb_source_sequence(const char *text, size_t len)
     return v;
 }
 
+/* Every source: its name in consume.source and its constructor, which checks its own
+ * configuration. */
+static const struct {
+    const char *name;
+    pb_status_t (*make)(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err);
+} sources[] = {
+    {"amqp", pb_source_amqp_new},
+    {"nats", pb_source_nats_new},
+    {"redis", pb_source_redis_new},
+    {"kafka", pb_source_kafka_new},
+};
+
 pb_status_t pb_source_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err)
 {
     *out = NULL;
-    if (strcmp(cfg->consume_source, "amqp") == 0)
-        return pb_source_amqp_new(cfg, out, err);
-    if (strcmp(cfg->consume_source, "nats") == 0)
-        return pb_source_nats_new(cfg, out, err);
-    if (strcmp(cfg->consume_source, "redis") == 0)
-        return pb_source_redis_new(cfg, out, err);
-    if (strcmp(cfg->consume_source, "kafka") == 0)
-        return pb_source_kafka_new(cfg, out, err);
+    for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++)
+        if (strcmp(cfg->consume_source, sources[i].name) == 0)
+            return sources[i].make(cfg, out, err);
     return pb_fail(err, PB_FATAL, "consume.source: unknown source \"%s\"", cfg->consume_source);
 }

@@ -75,28 +75,17 @@ void pb_outbox_free(pb_outbox_t *ob)
     pb_buf_free(&ob->dead_reasons);
 }
 
-static pb_status_t prepare(PGconn *conn, const char *name, const char *sql, pb_error_t *err)
-{
-    PGresult *res = PQprepare(conn, name, sql, 0, NULL);
-    pb_status_t st = pb_pg_check(conn, res, PGRES_COMMAND_OK, name, err);
-    if (st == PB_OK)
-        PQclear(res);
-    return st;
-}
-
 pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err)
 {
-    pb_status_t st;
-    if ((st = prepare(ob->conn, "pb_wake", PB_OUTBOX_WAKE_SQL, err)) != PB_OK ||
-        (st = prepare(ob->conn, "pb_claim", PB_OUTBOX_CLAIM_SQL, err)) != PB_OK ||
-        (st = prepare(ob->conn, "pb_publish", ob->delete_on_publish ? delete_sql : mark_sql,
-                      err)) != PB_OK ||
-        (st = prepare(ob->conn, "pb_publish_sparse",
-                      ob->delete_on_publish ? delete_sparse_sql : mark_sparse_sql, err)) != PB_OK ||
-        (st = prepare(ob->conn, "pb_retry", retry_sql, err)) != PB_OK ||
-        (st = prepare(ob->conn, "pb_dead", dead_sql, err)) != PB_OK)
-        return st;
-    return PB_OK;
+    const pb_pg_statement_t stmts[] = {
+        {"pb_wake", PB_OUTBOX_WAKE_SQL},
+        {"pb_claim", PB_OUTBOX_CLAIM_SQL},
+        {"pb_publish", ob->delete_on_publish ? delete_sql : mark_sql},
+        {"pb_publish_sparse", ob->delete_on_publish ? delete_sparse_sql : mark_sparse_sql},
+        {"pb_retry", retry_sql},
+        {"pb_dead", dead_sql},
+    };
+    return pb_pg_prepare_all(ob->conn, stmts, sizeof stmts / sizeof *stmts, err);
 }
 
 static int compare_ids(const void *a, const void *b)

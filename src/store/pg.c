@@ -5,6 +5,7 @@
 
 #include "common/backoff.h"
 #include "common/clock.h"
+#include "common/retry.h"
 #include "common/log.h"
 
 static void on_notice(void *arg, const char *message)
@@ -113,25 +114,23 @@ pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err)
     return PB_OK;
 }
 
+typedef struct dsn_arg {
+    const char *dsn;
+    PGconn **out;
+} dsn_arg_t;
+
+static pb_status_t connect_once(void *arg, pb_error_t *err)
+{
+    dsn_arg_t *a = arg;
+    return pb_pg_connect(a->dsn, a->out, err);
+}
+
 pb_status_t pb_pg_connect_retry(const char *dsn, int64_t cap_ms, volatile sig_atomic_t *stop,
                                 PGconn **out, pb_error_t *err)
 {
-    for (int attempt = 1;; attempt++) {
-        pb_status_t st = pb_pg_connect(dsn, out, err);
-        if (st != PB_TRANSIENT) {
-            if (st == PB_OK && attempt > 1)
-                log_info("pg", "connected to postgresql after %d attempts", attempt);
-            return st;
-        }
-        int64_t delay = pb_backoff_ms(attempt, 200, cap_ms, pb_random_unit());
-        log_warn("pg", "waiting for postgresql (attempt %d, next in %lld ms): %s", attempt,
-                 (long long)delay, err->msg);
-        int64_t until = pb_monotonic_ms() + delay;
-        while (!*stop && pb_monotonic_ms() < until)
-            pb_sleep_ms(until - pb_monotonic_ms());
-        if (*stop)
-            return pb_fail(err, PB_TRANSIENT, "interrupted while waiting for postgresql");
-    }
+    pb_retry_t r = {.fac = "pg", .what = "postgresql", .cap_ms = cap_ms, .stop = stop};
+    dsn_arg_t a = {dsn, out};
+    return pb_retry_connect(&r, connect_once, &a, err);
 }
 
 pb_status_t pb_pg_check(PGconn *conn, PGresult *res, ExecStatusType expected, const char *what,
@@ -224,4 +223,19 @@ pb_status_t pb_pg_read_sync(PGconn *conn, pb_error_t *err)
         return PB_OK;
     }
     return pb_pg_check(conn, res, PGRES_PIPELINE_SYNC, "pipeline sync", err);
+}
+
+pb_status_t pb_pg_prepare_all(PGconn *conn, const pb_pg_statement_t *stmts, size_t n,
+                              pb_error_t *err)
+{
+    for (size_t k = 0; k < n; k++) {
+        PGresult *res = PQprepare(conn, stmts[k].name, stmts[k].sql, 0, NULL);
+        char what[96];
+        snprintf(what, sizeof what, "prepare %s", stmts[k].name);
+        pb_status_t st = pb_pg_check(conn, res, PGRES_COMMAND_OK, what, err);
+        if (st != PB_OK)
+            return st;
+        PQclear(res);
+    }
+    return PB_OK;
 }

@@ -50,4 +50,13 @@ pb_status_t pb_pg_read_sync(PGconn *conn, pb_error_t *err) PB_MUSTCHECK;
 /* host:port/dbname of a connection, for log lines (no secrets). */
 void pb_pg_describe(PGconn *conn, char *out, size_t outsz);
 
+/* A named statement to prepare on every new connection. */
+typedef struct pb_pg_statement {
+    const char *name, *sql;
+} pb_pg_statement_t;
+
+/* Prepares stmts[0..n) on conn (parameter types inferred); a failure names the statement. */
+pb_status_t pb_pg_prepare_all(PGconn *conn, const pb_pg_statement_t *stmts, size_t n,
+                              pb_error_t *err) PB_MUSTCHECK;
+
 #endif

@@ -1,0 +1,84 @@
+/* Every statement the inbox runs (the consumer's batches, src/inbox/, and the library's
+ * postbox_inbox_process), prepared once per connection by pb_inbox_sql_prepare. */
+#include "store/inbox_sql.h"
+
+/* One statement records the whole batch: the ids it returns are the new ones. ON CONFLICT goes
+ * through the primary key whatever the planner thinks of the table, skips repeats within the
+ * batch, and waits for a concurrent consumer's insert of the same id to commit or roll back. */
+static const char inbox_claim_batch_sql[] =
+    "INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
+    "SELECT $1, u.id, u.type, now() FROM unnest($2::text[], $3::text[]) AS u(id, type) "
+    "ON CONFLICT DO NOTHING RETURNING message_id";
+/* The fast path's claim: a plain INSERT, which fails (aborting the transaction, so that no
+ * handler runs) unless every row is new. Without ON CONFLICT it also skips the speculative
+ * insertion, a tenth of the server's work per message. */
+static const char inbox_claim_all_sql[] =
+    "INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
+    "SELECT $1, u.id, u.type, now() FROM unnest($2::text[], $3::text[]) AS u(id, type)";
+/* A failed handler gives its message's row back, so that the retry is not taken for a
+ * duplicate. */
+static const char inbox_release_sql[] =
+    "DELETE FROM postbox.inbox WHERE consumer = $1 AND message_id = $2";
+static const char inbox_fail_sql[] =
+    "INSERT INTO postbox.inbox_failures AS f (consumer, message_id, attempts, last_error) "
+    "VALUES ($1, $2, 1, $3) ON CONFLICT (consumer, message_id) DO UPDATE "
+    "SET attempts = f.attempts + 1, last_error = EXCLUDED.last_error, last_failed_at = now() "
+    "RETURNING attempts";
+/* A dead message keeps an inbox row (processed_at NULL) so that a redelivery is acknowledged as
+ * a duplicate instead of failing all over again. */
+static const char inbox_dead_sql[] =
+    "WITH cleared AS (DELETE FROM postbox.inbox_failures WHERE consumer = $1 AND message_id = $2), "
+    "marked AS (INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
+    "           SELECT $1, $2, $3, NULL WHERE $2 IS NOT NULL ON CONFLICT DO NOTHING) "
+    "INSERT INTO postbox.inbox_dead (consumer, message_id, message_type, exchange, routing_key, "
+    "    headers, body, error, attempts) "
+    "VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::bytea, $8, $9::integer)";
+/* commit_inbox_first: the row is committed on its own before the handler runs */
+static const char inbox_claim_sql[] =
+    "INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
+    "VALUES ($1, $2, $3, NULL) ON CONFLICT DO NOTHING RETURNING 1";
+static const char inbox_done_sql[] =
+    "UPDATE postbox.inbox SET processed_at = now() WHERE consumer = $1 AND message_id = $2";
+/* The rows of messages held back behind a failure, claimed with the batch. */
+static const char inbox_release_many_sql[] =
+    "DELETE FROM postbox.inbox WHERE consumer = $1 AND message_id = ANY($2::text[])";
+static const char inbox_clear_sql[] =
+    "DELETE FROM postbox.inbox_failures WHERE consumer = $1 AND message_id = ANY($2::text[])";
+/* The rows of the batch's aggregates, locked for the transaction (another consumer process of
+ * the same consumer waits), with the position of each in the parameter arrays. */
+static const char inbox_seq_get_sql[] =
+    "SELECT w.o, s.last_sequence FROM postbox.inbox_sequences s "
+    "JOIN unnest($2::text[], $3::text[]) WITH ORDINALITY AS w(t, i, o) "
+    "  ON s.aggregate_type = w.t AND s.aggregate_id = w.i "
+    "WHERE s.consumer = $1 FOR UPDATE OF s";
+static const char inbox_seq_put_sql[] =
+    "INSERT INTO postbox.inbox_sequences AS s (consumer, aggregate_type, aggregate_id, "
+    "    last_sequence) "
+    "SELECT $1, w.t, w.i, w.l FROM unnest($2::text[], $3::text[], $4::bigint[]) AS w(t, i, l) "
+    "ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE "
+    "SET last_sequence = greatest(s.last_sequence, EXCLUDED.last_sequence), updated_at = now()";
+static const char inbox_seq_advance_sql[] =
+    "SELECT postbox.inbox_advance($1, $2::text[], $3::text[], $4::bigint[], $5::bigint[])";
+static const char inbox_seq_advance_past_sql[] =
+    "SELECT postbox.inbox_advance_past($1, $2::text[], $3::text[], $4::bigint[], $5::bigint[])";
+
+static const pb_pg_statement_t statements[] = {
+    {"pb_inbox_claim_batch", inbox_claim_batch_sql},
+    {"pb_inbox_claim_all", inbox_claim_all_sql},
+    {"pb_inbox_release", inbox_release_sql},
+    {"pb_inbox_fail", inbox_fail_sql},
+    {"pb_inbox_dead", inbox_dead_sql},
+    {"pb_inbox_claim", inbox_claim_sql},
+    {"pb_inbox_done", inbox_done_sql},
+    {"pb_inbox_release_many", inbox_release_many_sql},
+    {"pb_inbox_clear", inbox_clear_sql},
+    {"pb_inbox_seq_get", inbox_seq_get_sql},
+    {"pb_inbox_seq_put", inbox_seq_put_sql},
+    {"pb_inbox_seq_advance", inbox_seq_advance_sql},
+    {"pb_inbox_seq_advance_past", inbox_seq_advance_past_sql},
+};
+
+pb_status_t pb_inbox_sql_prepare(PGconn *conn, pb_error_t *err)
+{
+    return pb_pg_prepare_all(conn, statements, sizeof statements / sizeof *statements, err);
+}
