@@ -390,3 +390,14 @@ bool pb_list_next(const char **p, const char **item, size_t *len)
     }
     return false;
 }
+
+pb_status_t pb_url_precheck(const char *url, const char *broker, const char *usage,
+                            pb_error_t *err)
+{
+    if (!url || !*url)
+        return pb_fail(err, PB_FATAL, "bad %s url \"\": empty (%s)", broker, usage);
+    if (pb_has_control_char(url)) /* not quoted: the redaction works line by line */
+        return pb_fail(err, PB_FATAL, "bad %s url: it holds a control character such as a "
+                                      "newline or a tab (percent-encode it: %%0A, %%09)", broker);
+    return PB_OK;
+}

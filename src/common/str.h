@@ -50,6 +50,11 @@ size_t pb_text_copy(char *dst, size_t dstsz, const char *src);
  * the end of the list. */
 bool pb_list_next(const char **p, const char **item, size_t *len);
 
+/* The checks every broker URL starts with: broker ("amqp", "redis") names it in the error, usage
+ * says what is expected. PB_FATAL for an empty URL or one holding a control character. */
+pb_status_t pb_url_precheck(const char *url, const char *broker, const char *usage,
+                            pb_error_t *err) PB_MUSTCHECK;
+
 /* Whether s holds an ASCII control character (U+0000..U+001F, U+007F): never valid in a URL,
  * and a newline there would split it between lines of a message. */
 bool pb_has_control_char(const char *s);

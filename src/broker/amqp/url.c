@@ -49,11 +49,9 @@ static pb_status_t bad_url(pb_error_t *err, const char *url, const char *why)
 pb_status_t pb_amqp_url_parse(const char *url, pb_amqp_url_t *out, pb_error_t *err)
 {
     memset(out, 0, sizeof *out);
-    if (!url || !*url)
-        return pb_fail(err, PB_FATAL, "bad amqp url \"\": empty (" URL_USAGE ")");
-    if (pb_has_control_char(url)) /* not quoted: the redaction works line by line */
-        return pb_fail(err, PB_FATAL, "bad amqp url: it holds a control character such as a "
-                                      "newline or a tab (percent-encode it: %%0A, %%09)");
+    pb_status_t st = pb_url_precheck(url, "amqp", URL_USAGE, err);
+    if (st != PB_OK)
+        return st;
 
     pb_amqp_url_t u = {0};
     const char *p;

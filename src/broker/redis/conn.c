@@ -46,11 +46,9 @@ static bool parse_number(const char *s, size_t n, long lo, long hi, int *out)
 pb_status_t pb_redis_url_parse(const char *url, pb_redis_url_t *out, pb_error_t *err)
 {
     memset(out, 0, sizeof *out);
-    if (!url || !*url)
-        return pb_fail(err, PB_FATAL, "redis.url is empty (" URL_USAGE ")");
-    if (pb_has_control_char(url)) /* not quoted: the redaction works line by line */
-        return pb_fail(err, PB_FATAL, "bad redis url: it holds a control character such as a "
-                                      "newline or a tab (percent-encode it: %%0A, %%09)");
+    pb_status_t st = pb_url_precheck(url, "redis", URL_USAGE, err);
+    if (st != PB_OK)
+        return st;
     if (strncasecmp(url, "rediss://", 9) == 0)
         return bad_url(url, "TLS (rediss://) is not supported: Debian's hiredis 0.14 is built "
                             "without TLS; reach the server through a TLS tunnel or on a trusted "
