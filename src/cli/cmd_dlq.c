@@ -7,10 +7,11 @@
  *           are published after what is pending now; the event_id, the message id, stays), in
  *           one transaction; the relay is woken by the outbox's NOTIFY trigger.
  *           inbox: publishes each message again, as it was received (message id, type,
- *           headers, body), to amqp.exchange with its original routing key, after releasing its
- *           inbox row and failure record, so that the consumer handles the redelivery; a dead
- *           letter is deleted only once the broker confirmed its message (a crash in between
- *           publishes it twice at worst, and the inbox absorbs the second).
+ *           headers, body), where it was read from (amqp: to amqp.exchange with its routing key;
+ *           nats: its subject; redis: its stream; kafka: its topic), after releasing its inbox
+ *           row and failure record, so that the consumer handles the redelivery; a dead letter
+ *           is deleted only once the broker confirmed its message (a crash in between publishes
+ *           it twice at worst, and the inbox absorbs the second).
  *   drop    deletes them, in one transaction
  * Filters (ANDed): --id N, --event-type T (inbox: the message type), --aggregate TYPE[:ID]
  * (inbox: the aggregate_type/aggregate_id headers), --consumer C (inbox), --since/--until
@@ -65,17 +66,21 @@ static const char *header_text(json_t *headers, const char *key)
 static pb_status_t source_sink(const pb_cli_t *cli, pb_config_t *cfg, pb_sink_t **snk,
                                pb_error_t *err)
 {
+    static char no_prefix[1];
     *cfg = cli->cfg; /* shallow: the strings stay cli->cfg's */
     cfg->relay_sink = cli->cfg.consume_source;
+    /* a stored stream is a full name (redis.streams): the sink must not prefix it again */
+    cfg->redis_stream_prefix = no_prefix;
     pb_status_t st = pb_sink_new(cfg, snk, err);
     if (st == PB_OK)
         st = (*snk)->ops->connect(*snk, err);
     return st;
 }
 
-/* The destination that makes the sink publish to the message's original routing key or
- * subject. NATS: the sink puts nats.subject_prefix before a destination, and the stored subject
- * has it already. NULL when the subject lies outside the prefix. */
+/* The destination that makes the sink publish to the message's original routing key, subject,
+ * stream or topic. NATS: the sink puts nats.subject_prefix before a destination, and the stored
+ * subject has it already. NULL when the subject lies outside the prefix. Redis and Kafka: the
+ * stored stream or topic as it is (source_sink drops redis.stream_prefix). */
 static const char *destination_of(const pb_config_t *cfg, const char *routing_key)
 {
     if (strcmp(cfg->consume_source, "nats") != 0)
@@ -99,12 +104,6 @@ static int replay_inbox(pb_cli_t *cli, PGconn *conn, const pb_dlq_filter_t *f)
         PQclear(rows);
         return PB_EXIT_OK;
     }
-    /* release the inbox rows first: a redelivery must not be taken for a duplicate */
-    if (pb_dlq_inbox_release(conn, f, &err) != PB_OK) {
-        PQclear(rows);
-        return failure(&err);
-    }
-
     pb_event_t *events = pb_malloc(n * sizeof *events);
     pb_result_t *results = pb_malloc(n * sizeof *results);
     json_t **headers = pb_malloc(n * sizeof *headers);
@@ -139,6 +138,12 @@ static int replay_inbox(pb_cli_t *cli, PGconn *conn, const pb_dlq_filter_t *f)
     for (size_t i = 0; i < n; i++) /* headers parsed, and what the sink can never publish */
         if (results[i].outcome == PB_OUT_UNTRIED)
             (void)pb_sink_prepare(snk, &events[i], &results[i]);
+    /* released only with the broker at hand; before publishing, so that the consumer does not
+     * take the redelivery for a duplicate */
+    if (pb_dlq_inbox_release(conn, f, &err) != PB_OK) {
+        fprintf(stderr, "postbox dlq: %s\n", err.msg);
+        goto done;
+    }
     pb_sink_batch_t batch = {.events = events, .results = results, .n = n};
     if (pb_sink_publish(snk, &batch, &err) != PB_OK) /* per message below */
         fprintf(stderr, "postbox dlq: %s\n", err.msg);
@@ -159,17 +164,22 @@ static int replay_inbox(pb_cli_t *cli, PGconn *conn, const pb_dlq_filter_t *f)
                     results[i].error);
     }
     pb_buf_putc(&ids, '}');
-    if (pb_dlq_inbox_forget(conn, ids.data, &err) != PB_OK)
+    bool forgot = pb_dlq_inbox_forget(conn, ids.data, &err) == PB_OK;
+    if (!forgot)
         fprintf(stderr, "postbox dlq: %s (the messages were republished; the consumer's inbox "
                         "absorbs a second replay)\n", err.msg);
     pb_buf_free(&ids);
-    if (strcmp(cli->cfg.consume_source, "nats") == 0)
+    const char *source = cli->cfg.consume_source;
+    if (strcmp(source, "nats") == 0)
         printf("replayed %zu of %zu dead letter(s) of postbox.inbox_dead: republished to stream "
                "\"%s\" with their subjects\n", ok, n, cli->cfg.nats_stream);
+    else if (strcmp(source, "redis") == 0 || strcmp(source, "kafka") == 0)
+        printf("replayed %zu of %zu dead letter(s) of postbox.inbox_dead: republished to the %s "
+               "they were read from\n", ok, n, source[0] == 'r' ? "streams" : "topics");
     else
         printf("replayed %zu of %zu dead letter(s) of postbox.inbox_dead: republished to exchange "
                "\"%s\" with their routing keys\n", ok, n, cli->cfg.amqp_exchange);
-    rc = ok == n ? PB_EXIT_OK : PB_EXIT_FAILURE;
+    rc = ok == n && forgot ? PB_EXIT_OK : PB_EXIT_FAILURE;
 done:
     pb_sink_free(snk);
     for (size_t i = 0; i < n; i++) {
