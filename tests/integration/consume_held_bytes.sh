@@ -13,6 +13,9 @@ export POSTBOX_CONSUME_MAX_ATTEMPTS=2 POSTBOX_CONSUME_BACKOFF_BASE=4s POSTBOX_CO
 export POSTBOX_AMQP_PREFETCH=100
 export POSTBOX_CONSUME_HANDLER="SELECT on_message(\$2::jsonb)"
 N=60
+# under AddressSanitizer freed blocks wait in a quarantine (256 MiB by default) before their
+# memory is reused, which would count in the RSS measured here
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=0:thread_local_quarantine_size_kb=0
 setup_queue '#'
 pb_init
 psql_q "CREATE TABLE effects (n bigserial PRIMARY KEY, k int NOT NULL);
