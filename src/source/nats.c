@@ -25,6 +25,7 @@
  *
  * @thread loop: the consumer's thread only. */
 #include "source/source.h"
+#include "source/tags.h"
 
 #include <ctype.h>
 #include <stdint.h>
@@ -52,12 +53,6 @@
 #define API_WAIT_MS 5000
 #define REQUEUE_DELAY_MS 1000
 
-typedef struct entry {
-    uint64_t tag;
-    natsMsg *msg; /* NULL once acknowledged or requeued */
-    int64_t progress_ms; /* delivery or last "in progress" */
-} entry_t;
-
 typedef struct nats_source {
     pb_source_t base; /* first: the consumer holds a pb_source_t * */
     char where[300];
@@ -69,10 +64,8 @@ typedef struct nats_source {
     char next_subj[300];   /* $JS.API.CONSUMER.MSG.NEXT.<stream>.<durable> */
     uint64_t req_seq;
     pb_nats_stream_desc_t stream;
-    uint64_t next_tag;
-    entry_t *ent; /* outstanding messages, tags increasing, [head, len) */
-    size_t head, len, cap;
-    size_t live;    /* entries with msg != NULL */
+    pb_tags_t tags; /* outstanding messages (item: the natsMsg; at_ms: delivery or last
+                     * "in progress") */
     natsMsg **done; /* acknowledged/requeued, destroyed at the next receive */
     size_t ndone, capdone;
     pb_buf_t text;  /* headers JSON and re-encoded ids of the current batch */
@@ -99,58 +92,15 @@ static natsStatus reply_ack(nats_source_t *s, natsMsg *m, const char *what)
     return natsConnection_PublishString(s->nc, reply, what);
 }
 
-static void retire(nats_source_t *s, entry_t *e)
+/* e is settled: its message is destroyed at the next receive. */
+static void retire(nats_source_t *s, pb_tag_entry_t *e)
 {
     if (s->ndone == s->capdone) {
         s->capdone = s->capdone ? s->capdone * 2 : 256;
         s->done = pb_realloc(s->done, s->capdone * sizeof *s->done);
     }
-    s->done[s->ndone++] = e->msg;
-    e->msg = NULL;
-    s->live--;
-}
-
-static void compact(nats_source_t *s)
-{
-    while (s->head < s->len && !s->ent[s->head].msg)
-        s->head++;
-    if (s->head == s->len) {
-        s->head = s->len = 0;
-    } else if (s->head > s->cap / 2) {
-        memmove(s->ent, s->ent + s->head, (s->len - s->head) * sizeof *s->ent);
-        s->len -= s->head;
-        s->head = 0;
-    }
-}
-
-static uint64_t remember(nats_source_t *s, natsMsg *m, int64_t now)
-{
-    if (s->len == s->cap) {
-        compact(s);
-        if (s->len == s->cap) {
-            s->cap = s->cap ? s->cap * 2 : 1024;
-            s->ent = pb_realloc(s->ent, s->cap * sizeof *s->ent);
-        }
-    }
-    uint64_t tag = ++s->next_tag;
-    s->ent[s->len++] = (entry_t){tag, m, now};
-    s->live++;
-    return tag;
-}
-
-static entry_t *find(nats_source_t *s, uint64_t tag)
-{
-    size_t lo = s->head, hi = s->len;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->ent[mid].tag < tag)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo < s->len && s->ent[lo].tag == tag && s->ent[lo].msg)
-        return &s->ent[lo];
-    return NULL;
+    s->done[s->ndone++] = e->item;
+    pb_tags_settle(&s->tags, e);
 }
 
 /* Forgets every outstanding message: naked when the connection still works (redelivered at
@@ -158,14 +108,12 @@ static entry_t *find(nats_source_t *s, uint64_t tag)
 static void abandon_all(nats_source_t *s, bool nak)
 {
     size_t naked = 0;
-    for (size_t i = s->head; i < s->len; i++) {
-        if (!s->ent[i].msg)
-            continue;
-        if (nak && reply_ack(s, s->ent[i].msg, "-NAK") == NATS_OK)
+    for (pb_tag_entry_t *e = pb_tags_first(&s->tags); e; e = pb_tags_next(&s->tags, e)) {
+        if (nak && reply_ack(s, e->item, "-NAK") == NATS_OK)
             naked++;
-        retire(s, &s->ent[i]);
+        retire(s, e);
     }
-    s->head = s->len = 0;
+    pb_tags_clear(&s->tags);
     if (naked)
         log_info(FAC, "gave %zu unacknowledged messages back to the stream", naked);
     free_done(s);
@@ -348,14 +296,13 @@ static int64_t keep_alive_every(const nats_source_t *s)
 static pb_status_t keep_alive(nats_source_t *s, int64_t now, pb_error_t *err)
 {
     int64_t every = keep_alive_every(s);
-    for (size_t i = s->head; i < s->len; i++) {
-        entry_t *e = &s->ent[i];
-        if (!e->msg || now - e->progress_ms < every)
+    for (pb_tag_entry_t *e = pb_tags_first(&s->tags); e; e = pb_tags_next(&s->tags, e)) {
+        if (now - e->at_ms < every)
             continue;
-        natsStatus ns = reply_ack(s, e->msg, "+WPI");
+        natsStatus ns = reply_ack(s, e->item, "+WPI");
         if (ns != NATS_OK)
             return lost(s, err, "sending in-progress for a held message", ns);
-        e->progress_ms = now;
+        e->at_ms = now;
     }
     return PB_OK;
 }
@@ -591,9 +538,9 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
     if (max == 0)
         return PB_OK;
     /* back in time for the next "in progress" of a held message */
-    for (size_t i = s->head; i < s->len; i++)
-        if (s->ent[i].msg && s->ent[i].progress_ms + keep_alive_every(s) - now < wait_ms)
-            wait_ms = s->ent[i].progress_ms + keep_alive_every(s) - now;
+    for (pb_tag_entry_t *e = pb_tags_first(&s->tags); e; e = pb_tags_next(&s->tags, e))
+        if (e->at_ms + keep_alive_every(s) - now < wait_ms)
+            wait_ms = e->at_ms + keep_alive_every(s) - now;
     if (wait_ms < 0)
         wait_ms = 0;
 
@@ -624,7 +571,7 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
     now = pb_monotonic_ms();
     for (size_t i = 0; i < ngot; i++) {
         take_message(s, got[i], &msgs[i], &off[i]);
-        msgs[i].tag = remember(s, got[i], now);
+        msgs[i].tag = pb_tags_add(&s->tags, got[i], 0, now);
     }
     for (size_t i = 0; i < ngot; i++) {
         msgs[i].headers = s->text.data + off[i].headers;
@@ -657,29 +604,18 @@ static pb_status_t src_ack(pb_source_t *src, uint64_t tag, bool multiple, pb_err
     nats_source_t *s = (nats_source_t *)src;
     if (!s->nc)
         return pb_fail(err, PB_TRANSIENT, "not connected to nats at %s", s->where);
-    if (!multiple) {
-        entry_t *e = find(s, tag);
-        if (!e)
-            return stale(s, tag, "acknowledge", err);
-        natsStatus ns = reply_ack(s, e->msg, "+ACK");
-        if (ns != NATS_OK)
-            return lost(s, err, "acknowledging a message", ns);
-        retire(s, e);
-        compact(s);
-        return PB_OK;
-    }
-    if (!find(s, tag))
+    pb_tag_entry_t *last = pb_tags_find(&s->tags, tag);
+    if (!last)
         return stale(s, tag, "acknowledge", err);
-    for (size_t i = s->head; i < s->len && s->ent[i].tag <= tag; i++) {
-        entry_t *e = &s->ent[i];
-        if (!e->msg)
-            continue;
-        natsStatus ns = reply_ack(s, e->msg, "+ACK");
+    pb_tag_entry_t *e = multiple ? pb_tags_first(&s->tags) : last;
+    while (e && e->tag <= tag) {
+        pb_tag_entry_t *next = pb_tags_next(&s->tags, e);
+        natsStatus ns = reply_ack(s, e->item, "+ACK");
         if (ns != NATS_OK)
             return lost(s, err, "acknowledging messages", ns);
         retire(s, e);
+        e = multiple ? next : NULL;
     }
-    compact(s);
     return PB_OK;
 }
 
@@ -688,17 +624,16 @@ static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
     nats_source_t *s = (nats_source_t *)src;
     if (!s->nc)
         return pb_fail(err, PB_TRANSIENT, "not connected to nats at %s", s->where);
-    entry_t *e = find(s, tag);
+    pb_tag_entry_t *e = pb_tags_find(&s->tags, tag);
     if (!e)
         return stale(s, tag, "requeue", err);
     /* not at once: the consumer gives back what it cannot hold now (consume.max_held) */
     char nak[64];
     snprintf(nak, sizeof nak, "-NAK {\"delay\": %lld}", (long long)(REQUEUE_DELAY_MS * NS_PER_MS));
-    natsStatus ns = reply_ack(s, e->msg, nak);
+    natsStatus ns = reply_ack(s, e->item, nak);
     if (ns != NATS_OK)
         return lost(s, err, "naking a message", ns);
     retire(s, e);
-    compact(s);
     return PB_OK;
 }
 
@@ -733,7 +668,7 @@ static void src_free(pb_source_t *src)
     drop_connection(s);
     free_done(s);
     free(s->done);
-    free(s->ent);
+    pb_tags_free(&s->tags);
     pb_buf_free(&s->text);
     pb_nats_stream_desc_free(&s->stream);
     free(s);
