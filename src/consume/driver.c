@@ -318,26 +318,34 @@ static pb_status_t consume_batch(driver_t *d, bool *idle, pb_error_t *err)
 }
 
 /* --drain: nothing received, nothing held; is anything left at the broker for us, deliveries
- * not acknowledged (redelivered later) included? */
-static bool drained(driver_t *d)
+ * not acknowledged (redelivered later) included? *done when not. PB_FATAL when the source gives
+ * the drain up (err says why). */
+static pb_status_t drained(driver_t *d, bool *done, pb_error_t *err)
 {
-    if (!d->src->ops->pending)
-        return true;
-    int64_t pending = 0;
-    pb_error_t src_err;
-    if (d->src->ops->pending(d->src, &pending, &src_err) != PB_OK) {
-        drop_source(d, &src_err);
-        return false;
+    *done = false;
+    if (!d->src->ops->pending) {
+        *done = true;
+        return PB_OK;
     }
-    if (pending == 0)
-        return true;
+    int64_t pending = 0;
+    pb_status_t st = d->src->ops->pending(d->src, &pending, err);
+    if (st == PB_FATAL)
+        return st;
+    if (st != PB_OK) {
+        drop_source(d, err);
+        return PB_OK;
+    }
+    if (pending == 0) {
+        *done = true;
+        return PB_OK;
+    }
     int64_t now = pb_monotonic_ms();
     if (now - d->drain_said >= 5000) {
         log_info(FAC, "draining: %lld message(s) still pending at the broker (unacknowledged "
                       "ones come again after their timeout)", (long long)pending);
         d->drain_said = now;
     }
-    return false;
+    return PB_OK;
 }
 
 static void driver_init(driver_t *d, const pb_consume_setup_t *s, char *src_what, size_t n)
@@ -410,9 +418,9 @@ pb_status_t pb_consume_drive(const pb_consume_setup_t *s, pb_error_t *err)
                 break;
             continue;
         }
-        bool idle = false;
+        bool idle = false, done = false;
         st = consume_batch(&d, &idle, err);
-        if (st == PB_OK && idle && s->drain && drained(&d)) {
+        if (st == PB_OK && idle && s->drain && (st = drained(&d, &done, err)) == PB_OK && done) {
             log_info(FAC, "queue drained");
             break;
         }

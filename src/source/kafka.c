@@ -19,12 +19,19 @@
  *
  * Commits are asynchronous and gathered: acknowledgements move the committable offsets, the
  * next receive (and close) commits them. A commit that fails is only logged: its messages come
- * again after a restart and the inbox absorbs them.
+ * again after a restart and the inbox absorbs them (--drain commits it again, see pending).
+ *
+ * --drain (source_pending): drained means what the cluster says, whichever member holds the
+ * partitions: the group's committed offsets at the end of every partition of the subscribed
+ * topics. A member that was killed keeps its partitions until its session times out, so the
+ * drain may wait for its assignment, and for other members, but only while something moves;
+ * see DRAIN_SLACK_MS for the bound.
  *
  * @thread loop (everything; librdkafka's callbacks are served by rd_kafka_consumer_poll). */
 #include "source/source.h"
 
 #include <inttypes.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +51,14 @@
 #define CONNECT_TIMEOUT_MS 5000
 #define LAG_INTERVAL_MS 5000
 #define JOIN_WAIT_MS 15000 /* longest wait for the assignment and for reading to the end (catch_up_by) */
+#define ASK_TIMEOUT_MS 5000 /* one question to the cluster: metadata, committed offsets, an end */
+/* --drain gives up once nothing moved (no assignment, no message, the group's lag did not
+ * shrink) for 2 x session.timeout.ms + this: a dead member's partitions are free one session
+ * timeout after its death; a member that died just before the rebalance can hold it up for
+ * another one; this for the join itself (Kafka's group.initial.rebalance.delay.ms is 3 s) and
+ * the first fetches. librdkafka's default session (45 s) gives 100 s. */
+#define DRAIN_SLACK_MS 10000
+#define DRAIN_SAY_MS 5000
 
 /* A message handed out: its fields point into block. The record's data in offsets. */
 typedef struct kmsg {
@@ -54,6 +69,7 @@ typedef struct kmsg {
 typedef struct kafka_source {
     pb_source_t base; /* first: the consumer holds a pb_source_t * */
     rd_kafka_t *rk;   /* NULL until connect */
+    rd_kafka_t *ask;  /* --drain's questions to the cluster (group_lag); NULL until then */
     char group[256];
     pb_kafka_offsets_t *offsets;
     uint64_t *again; /* requeued tags, handed out first (FIFO) */
@@ -68,6 +84,14 @@ typedef struct kafka_source {
      * waiting for that, up to catch_up_by, so that `consume --drain` does not stop early. */
     bool assigned;       /* an assignment arrived since connect */
     int64_t catch_up_by; /* pb_monotonic_ms */
+    /* --drain (source_pending) */
+    bool got_partitions;  /* a partition was assigned since connect */
+    bool reset_to_end;    /* auto.offset.reset latest: a partition never committed starts there */
+    int64_t session_ms;   /* session.timeout.ms */
+    int64_t moved_at;     /* last (re)connect, assignment, message handed out or shrinking lag */
+    int64_t last_pending; /* the group's lag at the last ask; -1 before */
+    int64_t said_at;
+    char gave_up[768];    /* why the drain gave up; connect refuses from then on */
 } kafka_source_t;
 
 /* kafka_offsets' release callback: the message goes at the next receive. */
@@ -135,6 +159,10 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
             pb_kafka_offsets_assign(s->offsets, l->elems[i].topic, l->elems[i].partition);
         s->assigned = true;
         s->catch_up_by = pb_monotonic_ms() + JOIN_WAIT_MS;
+        if (l->cnt > 0) {
+            s->got_partitions = true;
+            s->moved_at = pb_monotonic_ms();
+        }
         log_info(FAC, "group \"%s\": %d partition%s assigned", s->group, l->cnt,
                  l->cnt == 1 ? "" : "s");
         if (cooperative) {
@@ -177,6 +205,9 @@ static void close_consumer(kafka_source_t *s)
     rd_kafka_consumer_close(s->rk); /* leaves the group; the revoke callback runs */
     rd_kafka_destroy(s->rk);
     s->rk = NULL;
+    if (s->ask)
+        rd_kafka_destroy(s->ask);
+    s->ask = NULL;
     pb_kafka_offsets_clear(s->offsets);
     s->nagain = 0;
 }
@@ -194,10 +225,29 @@ static pb_status_t subscribe(kafka_source_t *s, pb_error_t *err)
     return PB_OK;
 }
 
+/* What --drain needs from the client's configuration (librdkafka's defaults included). */
+static void read_drain_conf(kafka_source_t *s)
+{
+    char v[64];
+    size_t n = sizeof v;
+    s->session_ms = 45000;
+    if (rd_kafka_conf_get(rd_kafka_conf(s->rk), "session.timeout.ms", v, &n) == RD_KAFKA_CONF_OK)
+        s->session_ms = strtoll(v, NULL, 10);
+    rd_kafka_topic_conf_t *tc = rd_kafka_default_topic_conf_dup(s->rk);
+    n = sizeof v;
+    s->reset_to_end = tc &&
+                      rd_kafka_topic_conf_get(tc, "auto.offset.reset", v, &n) == RD_KAFKA_CONF_OK &&
+                      (!strcmp(v, "largest") || !strcmp(v, "latest") || !strcmp(v, "end"));
+    if (tc)
+        rd_kafka_topic_conf_destroy(tc);
+}
+
 static pb_status_t source_connect(pb_source_t *src, pb_error_t *err)
 {
     kafka_source_t *s = (kafka_source_t *)src;
     close_consumer(s);
+    if (*s->gave_up) /* the consumer takes only PB_FATAL from a connect as the end */
+        return pb_fail(err, PB_FATAL, "%s", s->gave_up);
     const pb_kafka_forced_t forced[] = {
         {"group.id", s->group},
         {"enable.auto.commit", "false"},
@@ -215,8 +265,11 @@ static pb_status_t source_connect(pb_source_t *src, pb_error_t *err)
         s->rk = NULL;
         return st;
     }
-    s->assigned = false;
-    s->catch_up_by = pb_monotonic_ms() + JOIN_WAIT_MS;
+    s->assigned = s->got_partitions = false;
+    int64_t now = pb_monotonic_ms();
+    s->catch_up_by = now + JOIN_WAIT_MS;
+    s->moved_at = now; /* a (re)connect joins the group afresh */
+    read_drain_conf(s);
     log_info(FAC, "consuming %s from kafka at %s as group \"%s\"", src->cfg->kafka_topics,
              src->cfg->kafka_brokers, s->group);
     return PB_OK;
@@ -388,7 +441,7 @@ static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t m
         return PB_OK;
     }
     int64_t until = pb_monotonic_ms() + (*n ? batch_wait_ms : wait_ms);
-    bool first = *n == 0;
+    bool first = *n == 0, fresh = false;
     while (*n < max && !(*n && bytes >= budget)) {
         int64_t left = until - pb_monotonic_ms();
         rd_kafka_message_t *m = rd_kafka_consumer_poll(s->rk, left > 0 ? (int)left : 0);
@@ -416,14 +469,18 @@ static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t m
                                rd_kafka_err2str(e));
             continue;
         }
-        if (take(s, m, &msgs[*n]))
+        if (take(s, m, &msgs[*n])) {
             bytes += msgs[(*n)++].body_len;
+            fresh = true;
+        }
         rd_kafka_message_destroy(m);
         if (first && *n) {
             first = false;
             until = pb_monotonic_ms() + batch_wait_ms;
         }
     }
+    if (fresh)
+        s->moved_at = pb_monotonic_ms(); /* progress, for --drain's bound */
     return PB_OK;
 }
 
@@ -453,6 +510,187 @@ static pb_status_t source_requeue(pb_source_t *src, uint64_t tag, pb_error_t *er
     return PB_OK;
 }
 
+/* ---- --drain ------------------------------------------------------------------------------- */
+
+/* Whether topic is one kafka.topics subscribes to: a name, or "^..." a regular expression. */
+static bool subscribed(const rd_kafka_topic_partition_list_t *subs, const char *topic)
+{
+    for (int i = 0; i < subs->cnt; i++) {
+        const char *want = subs->elems[i].topic;
+        if (want[0] != '^') {
+            if (strcmp(want, topic) == 0)
+                return true;
+            continue;
+        }
+        regex_t re;
+        if (regcomp(&re, want, REG_EXTENDED | REG_NOSUB) != 0)
+            continue; /* librdkafka refused it at subscribe */
+        bool match = regexec(&re, topic, 0, NULL, 0) == 0;
+        regfree(&re);
+        if (match)
+            return true;
+    }
+    return false;
+}
+
+/* Adds every partition of the subscribed topics to l, from the cluster's metadata. */
+static rd_kafka_resp_err_t subscribed_partitions(kafka_source_t *s,
+                                                 rd_kafka_topic_partition_list_t *l)
+{
+    rd_kafka_topic_partition_list_t *subs = pb_kafka_topics(s->base.cfg);
+    if (!subs)
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(s->ask, 1, NULL, &md, ASK_TIMEOUT_MS);
+    for (int t = 0; !e && t < md->topic_cnt; t++) {
+        const struct rd_kafka_metadata_topic *mt = &md->topics[t];
+        if (mt->err || !subscribed(subs, mt->topic))
+            continue; /* an unknown topic has nothing to consume */
+        for (int p = 0; p < mt->partition_cnt; p++)
+            rd_kafka_topic_partition_list_add(l, mt->topic, mt->partitions[p].id);
+    }
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_partition_list_destroy(subs);
+    return e;
+}
+
+/* Commits again, synchronously, what this consumer acknowledged in a partition of l (committed
+ * offsets, from the cluster) where the cluster has less: an asynchronous commit that failed says
+ * nothing. Updates l where that worked. */
+static void commit_again(kafka_source_t *s, rd_kafka_topic_partition_list_t *l)
+{
+    rd_kafka_topic_partition_list_t *again = rd_kafka_topic_partition_list_new(4);
+    for (int i = 0; i < l->cnt; i++) {
+        int64_t next;
+        if (pb_kafka_offsets_find(s->offsets, l->elems[i].topic, l->elems[i].partition, &next) &&
+            next > l->elems[i].offset)
+            rd_kafka_topic_partition_list_add(again, l->elems[i].topic, l->elems[i].partition)
+                ->offset = next;
+    }
+    rd_kafka_resp_err_t e = again->cnt ? rd_kafka_commit(s->rk, again, 0)
+                                       : RD_KAFKA_RESP_ERR_NO_ERROR;
+    if (e)
+        log_warn(FAC, "committing the offsets of group \"%s\" again: %s", s->group,
+                 rd_kafka_err2str(e));
+    for (int i = 0; !e && i < again->cnt; i++)
+        rd_kafka_topic_partition_list_find(l, again->elems[i].topic, again->elems[i].partition)
+            ->offset = again->elems[i].offset;
+    rd_kafka_topic_partition_list_destroy(again);
+}
+
+/* The messages past the group's committed offsets over every partition of the subscribed
+ * topics, asked of the cluster (a partition never committed counts from where the group would
+ * start it, auto.offset.reset); -1 when the cluster cannot be asked. what gets the reason or a
+ * few of the partitions that lag. */
+static int64_t group_lag(kafka_source_t *s, char *what, size_t n)
+{
+    *what = '\0';
+    if (!s->ask) {
+        /* A client of its own: while this one's JoinGroup waits at the coordinator, a broker
+         * answers nothing else on that connection. It joins no group, it only asks. */
+        const pb_kafka_forced_t forced[] = {{"group.id", s->group},
+                                            {"enable.auto.commit", "false"},
+                                            {NULL, NULL}};
+        pb_error_t err;
+        if (pb_kafka_new(s->base.cfg, PB_KAFKA_CONSUMER, forced, NULL, &s->ask, &err) != PB_OK) {
+            snprintf(what, n, "%s", err.msg);
+            return -1;
+        }
+    }
+    rd_kafka_poll(s->ask, 0);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(16);
+    rd_kafka_resp_err_t e = subscribed_partitions(s, l);
+    if (!e && l->cnt)
+        e = rd_kafka_committed(s->ask, l, ASK_TIMEOUT_MS);
+    if (!e)
+        commit_again(s, l);
+    int64_t total = 0;
+    size_t len = 0;
+    int shown = 0;
+    for (int i = 0; !e && i < l->cnt; i++) {
+        const rd_kafka_topic_partition_t *tp = &l->elems[i];
+        int64_t lo, hi, next;
+        e = rd_kafka_query_watermark_offsets(s->ask, tp->topic, tp->partition, &lo, &hi,
+                                             ASK_TIMEOUT_MS);
+        if (e)
+            break;
+        int64_t from = tp->offset >= 0 ? tp->offset : s->reset_to_end ? hi : lo;
+        if (hi <= from)
+            continue;
+        total += hi - from;
+        if (shown++ < 3 && len < n)
+            len += (size_t)snprintf(what + len, n - len, "%s%s [%" PRId32 "] at %" PRId64
+                                    " of %" PRId64 ", %s", len ? "; " : "", tp->topic,
+                                    tp->partition, from, hi,
+                                    pb_kafka_offsets_find(s->offsets, tp->topic, tp->partition,
+                                                          &next)
+                                        ? "assigned here"
+                                        : "not assigned here");
+        else if (shown == 4 && len < n)
+            len += (size_t)snprintf(what + len, n - len, "; ...");
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    if (e) {
+        snprintf(what, n, "the cluster could not be asked: %s", rd_kafka_err2str(e));
+        return -1;
+    }
+    return total;
+}
+
+/* Drained: the cluster says the group's committed offsets are at the end of every partition of
+ * the subscribed topics, whoever holds them. Until then *pending is that lag, while something
+ * moves; PB_FATAL (and every connect after it) once nothing moved for the bound (DRAIN_SLACK_MS):
+ * no assignment came, or the partitions of other members stay where they are. */
+static pb_status_t source_pending(pb_source_t *src, int64_t *pending, pb_error_t *err)
+{
+    kafka_source_t *s = (kafka_source_t *)src;
+    if (!s->rk)
+        return pb_fail(err, PB_TRANSIENT, "kafka: not connected");
+    commit_acked(s, true);
+    char what[512];
+    int64_t lag = group_lag(s, what, sizeof what);
+    int64_t now = pb_monotonic_ms();
+    if (lag == 0) {
+        *pending = 0;
+        return PB_OK;
+    }
+    if (lag > 0) {
+        if (s->last_pending >= 0 && lag < s->last_pending)
+            s->moved_at = now;
+        s->last_pending = lag;
+    }
+    *pending = s->last_pending > 0 ? s->last_pending : 1; /* not known: not drained */
+    int64_t bound = 2 * s->session_ms + DRAIN_SLACK_MS;
+    if (now - s->moved_at < bound) {
+        if (now - s->said_at >= DRAIN_SAY_MS) {
+            s->said_at = now;
+            log_info(FAC, "--drain: group \"%s\" %s (%s); giving up in %lld s unless something "
+                          "moves", s->group,
+                     s->got_partitions ? "has messages past its committed offsets"
+                                       : "assigned no partition to this consumer yet",
+                     what, (long long)((bound - (now - s->moved_at) + 999) / 1000));
+        }
+        return PB_OK;
+    }
+    char count[32] = "an unknown number of";
+    if (lag > 0)
+        snprintf(count, sizeof count, "%lld", (long long)lag);
+    if (!s->got_partitions)
+        snprintf(s->gave_up, sizeof s->gave_up,
+                 "--drain gave up: group \"%s\" assigned no partition to this consumer within "
+                 "%lld s (2 x session.timeout.ms + %d s) and the group has %s message(s) past "
+                 "its committed offsets (%s); a member that died holds its partitions until its "
+                 "session times out", s->group, (long long)(bound / 1000), DRAIN_SLACK_MS / 1000,
+                 count, what);
+    else
+        snprintf(s->gave_up, sizeof s->gave_up,
+                 "--drain gave up: nothing moved for %lld s (2 x session.timeout.ms + %d s) and "
+                 "group \"%s\" still has %s message(s) past its committed offsets (%s)",
+                 (long long)(bound / 1000), DRAIN_SLACK_MS / 1000, s->group, count, what);
+    return pb_fail(err, PB_FATAL, "%s", s->gave_up);
+}
+
 static void source_free(pb_source_t *src)
 {
     if (!src)
@@ -472,6 +710,7 @@ static const pb_source_ops_t kafka_source_ops = {
     .receive = source_receive,
     .ack = source_ack,
     .requeue = source_requeue,
+    .pending = source_pending,
     .free = source_free,
 };
 
@@ -486,6 +725,7 @@ pb_status_t pb_source_kafka_new(const pb_config_t *cfg, pb_source_t **out, pb_er
     s->base.ops = &kafka_source_ops;
     s->base.cfg = cfg;
     s->offsets = pb_kafka_offsets_new(release_kmsg, s);
+    s->last_pending = -1;
     pb_kafka_group(cfg, s->group, sizeof s->group);
     *out = &s->base;
     return PB_OK;

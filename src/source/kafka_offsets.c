@@ -234,6 +234,14 @@ bool pb_kafka_offsets_all_at_end(const pb_kafka_offsets_t *t)
     return true;
 }
 
+bool pb_kafka_offsets_find(const pb_kafka_offsets_t *t, const char *topic, int32_t partition,
+                           int64_t *commit_next)
+{
+    const part_t *p = find_part(t, topic, partition);
+    *commit_next = p ? p->commit_next : -1;
+    return p != NULL;
+}
+
 size_t pb_kafka_offsets_count(const pb_kafka_offsets_t *t)
 {
     return t->nparts;

@@ -59,6 +59,12 @@ size_t pb_kafka_offsets_take_commits(pb_kafka_offsets_t *t,
 void pb_kafka_offsets_set_at_end(pb_kafka_offsets_t *t, const char *topic, int32_t partition);
 bool pb_kafka_offsets_all_at_end(const pb_kafka_offsets_t *t);
 
+/* Whether topic/partition is tracked (assigned here); *commit_next gets the offset after its
+ * acknowledged prefix, committed or not, or -1 when nothing was acknowledged since the
+ * assignment. */
+bool pb_kafka_offsets_find(const pb_kafka_offsets_t *t, const char *topic, int32_t partition,
+                           int64_t *commit_next);
+
 /* The tracked partitions, i in 0..count-1 (for lag sampling). */
 size_t pb_kafka_offsets_count(const pb_kafka_offsets_t *t);
 const char *pb_kafka_offsets_partition(const pb_kafka_offsets_t *t, size_t i, int32_t *partition);

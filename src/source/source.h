@@ -87,7 +87,9 @@ typedef struct pb_source_ops {
      * when a receive came back empty and the consumer holds nothing: *pending gets how many
      * messages the broker still has for this consumer, counting those delivered and not
      * acknowledged (e.g. a killed consumer's, redelivered after a timeout) and any already
-     * received but not handed out yet. The drain ends only at 0. */
+     * received but not handed out yet. The drain ends only at 0. PB_FATAL when the source
+     * gives the drain up (kafka: nothing moved within its bound, see kafka.c): the run ends
+     * with that error. */
     pb_status_t (*pending)(pb_source_t *src, int64_t *pending, pb_error_t *err);
 
     /* Closes the connection (if any) and frees the source. Accepts NULL. */

@@ -162,6 +162,34 @@ static void partitions_read_to_their_end(void **state)
     pb_kafka_offsets_free(t);
 }
 
+/* What --drain compares with the cluster's committed offsets: the acknowledged prefix stays
+ * known after it was taken for a commit, and only for the partitions assigned here. */
+static void the_acknowledged_prefix_of_a_partition(void **state)
+{
+    (void)state;
+    pb_kafka_offsets_t *t = pb_kafka_offsets_new(NULL, NULL);
+    int64_t next = 99;
+    assert_false(pb_kafka_offsets_find(t, "t", 0, &next));
+    assert_int_equal(next, -1);
+    pb_kafka_offsets_assign(t, "t", 0);
+    assert_true(pb_kafka_offsets_find(t, "t", 0, &next));
+    assert_int_equal(next, -1); /* nothing acknowledged since the assignment */
+    uint64_t a = pb_kafka_offsets_record(t, "t", 0, 7, &dummy[0]);
+    uint64_t b = pb_kafka_offsets_record(t, "t", 0, 8, &dummy[1]);
+    assert_true(pb_kafka_offsets_ack(t, b));
+    assert_true(pb_kafka_offsets_find(t, "t", 0, &next));
+    assert_int_equal(next, -1); /* 7 is still held */
+    assert_true(pb_kafka_offsets_ack(t, a));
+    commits_t c = take(t);
+    assert_int_equal(c.n, 1);
+    assert_true(pb_kafka_offsets_find(t, "t", 0, &next));
+    assert_int_equal(next, 9); /* taken for a commit, still known */
+    assert_false(pb_kafka_offsets_find(t, "t", 1, &next));
+    (void)pb_kafka_offsets_revoke(t, "t", 0);
+    assert_false(pb_kafka_offsets_find(t, "t", 0, &next));
+    pb_kafka_offsets_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -169,6 +197,7 @@ int main(void)
         cmocka_unit_test(a_revoke_drops_what_is_unacknowledged),
         cmocka_unit_test(many_out_of_order_acknowledgements),
         cmocka_unit_test(partitions_read_to_their_end),
+        cmocka_unit_test(the_acknowledged_prefix_of_a_partition),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
