@@ -4,20 +4,15 @@
 #include <string.h>
 
 #include "common/str.h"
+#include "source/tags.h"
 
-typedef struct entry {
-    int64_t offset;
-    uint64_t tag;
-    bool acked;
-    void *data; /* the caller's, until acknowledged */
-} entry_t;
-
-/* entries[head..n) are live, in offset (= tag) order; before head all is acknowledged. */
+/* One assigned partition: its messages handed out and not acknowledged, in the order handed
+ * out (tags rise with it), each with its offset (value) and the caller's data (item). */
 typedef struct part {
     char *topic;
     int32_t partition;
-    entry_t *entries;
-    size_t head, n, cap;
+    pb_tags_t live;
+    int64_t last_offset; /* of the last message handed out (-1: none) */
     int64_t commit_next; /* the offset after the acknowledged prefix */
     bool dirty;          /* commit_next moved since take_commits */
     bool at_end;
@@ -51,10 +46,10 @@ static part_t *find_part(const pb_kafka_offsets_t *t, const char *topic, int32_t
 /* Releases the data of p's live records and empties it. */
 static void release_live(pb_kafka_offsets_t *t, part_t *p)
 {
-    for (size_t j = p->head; j < p->n; j++)
-        if (!p->entries[j].acked && t->release)
-            t->release(p->entries[j].data, t->arg);
-    p->head = p->n = 0;
+    for (pb_tag_entry_t *e = pb_tags_first(&p->live); e; e = pb_tags_next(&p->live, e))
+        if (t->release)
+            t->release(e->item, t->arg);
+    pb_tags_clear(&p->live);
 }
 
 void pb_kafka_offsets_assign(pb_kafka_offsets_t *t, const char *topic, int32_t partition)
@@ -69,6 +64,7 @@ void pb_kafka_offsets_assign(pb_kafka_offsets_t *t, const char *topic, int32_t p
         *p = (part_t){.topic = pb_strdup(topic), .partition = partition};
     }
     release_live(t, p);
+    p->last_offset = -1;
     p->commit_next = -1;
     p->dirty = false;
     p->at_end = false;
@@ -79,12 +75,10 @@ size_t pb_kafka_offsets_revoke(pb_kafka_offsets_t *t, const char *topic, int32_t
     part_t *p = find_part(t, topic, partition);
     if (!p)
         return 0;
-    size_t open = 0;
-    for (size_t j = p->head; j < p->n; j++)
-        open += !p->entries[j].acked;
+    size_t open = p->live.live;
     release_live(t, p);
     free(p->topic);
-    free(p->entries);
+    pb_tags_free(&p->live);
     *p = t->parts[--t->nparts];
     return open;
 }
@@ -111,33 +105,23 @@ uint64_t pb_kafka_offsets_record(pb_kafka_offsets_t *t, const char *topic, int32
     part_t *p = find_part(t, topic, partition);
     if (!p)
         return 0;
-    if (p->n == p->cap) {
-        p->cap = p->cap ? 2 * p->cap : 256;
-        p->entries = pb_realloc(p->entries, p->cap * sizeof *p->entries);
-    }
     uint64_t tag = ++t->next_tag;
-    p->entries[p->n++] = (entry_t){.offset = offset, .tag = tag, .data = data};
+    pb_tags_add_tagged(&p->live, tag, data, (uint64_t)offset, 0);
+    p->last_offset = offset;
     return tag;
 }
 
 /* The live record of tag, or NULL. */
-static entry_t *find_entry(const pb_kafka_offsets_t *t, uint64_t tag, part_t **pp)
+static pb_tag_entry_t *find_entry(const pb_kafka_offsets_t *t, uint64_t tag, part_t **pp)
 {
     for (size_t i = 0; i < t->nparts; i++) {
         part_t *p = &t->parts[i];
-        if (p->head == p->n || tag < p->entries[p->head].tag || tag > p->entries[p->n - 1].tag)
+        if (tag < pb_tags_low(&p->live) || tag > pb_tags_high(&p->live))
             continue;
-        size_t lo = p->head, hi = p->n; /* tags grow with the offsets */
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (p->entries[mid].tag < tag)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo < p->n && p->entries[lo].tag == tag) {
+        pb_tag_entry_t *e = pb_tags_find(&p->live, tag);
+        if (e) {
             *pp = p;
-            return &p->entries[lo];
+            return e;
         }
     }
     return NULL;
@@ -146,48 +130,33 @@ static entry_t *find_entry(const pb_kafka_offsets_t *t, uint64_t tag, part_t **p
 void *pb_kafka_offsets_lookup(const pb_kafka_offsets_t *t, uint64_t tag)
 {
     part_t *p;
-    entry_t *e = find_entry(t, tag, &p);
-    return e && !e->acked ? e->data : NULL;
+    pb_tag_entry_t *e = find_entry(t, tag, &p);
+    return e ? e->item : NULL;
 }
 
-/* Marks e acknowledged and releases its data. */
-static void settle(pb_kafka_offsets_t *t, entry_t *e)
+/* Acknowledges e: releases its data, and moves the committable offset when e was the oldest
+ * message not acknowledged (to the offset after the prefix now acknowledged: the next live
+ * one's, or after the last handed out). */
+static void settle(pb_kafka_offsets_t *t, part_t *p, pb_tag_entry_t *e)
 {
-    e->acked = true;
+    bool oldest = e == pb_tags_first(&p->live);
     if (t->release)
-        t->release(e->data, t->arg);
-    e->data = NULL;
-}
-
-/* Pops p's acknowledged prefix; the offset after it becomes committable. */
-static void advance(part_t *p)
-{
-    size_t h = p->head;
-    while (h < p->n && p->entries[h].acked)
-        h++;
-    if (h == p->head)
+        t->release(e->item, t->arg);
+    pb_tags_settle(&p->live, e);
+    if (!oldest)
         return;
-    p->commit_next = p->entries[h - 1].offset + 1;
+    pb_tag_entry_t *next = pb_tags_first(&p->live);
+    p->commit_next = next ? (int64_t)next->value : p->last_offset + 1;
     p->dirty = true;
-    if (h == p->n) { /* all acknowledged */
-        p->head = p->n = 0;
-    } else if (h > p->n / 2) { /* keep the array short: move the live part down */
-        memmove(p->entries, p->entries + h, (p->n - h) * sizeof *p->entries);
-        p->n -= h;
-        p->head = 0;
-    } else {
-        p->head = h;
-    }
 }
 
 bool pb_kafka_offsets_ack(pb_kafka_offsets_t *t, uint64_t tag)
 {
     part_t *p;
-    entry_t *e = find_entry(t, tag, &p);
-    if (!e || e->acked)
+    pb_tag_entry_t *e = find_entry(t, tag, &p);
+    if (!e)
         return false;
-    settle(t, e);
-    advance(p);
+    settle(t, p, e);
     return true;
 }
 
@@ -195,10 +164,12 @@ void pb_kafka_offsets_ack_upto(pb_kafka_offsets_t *t, uint64_t tag)
 {
     for (size_t i = 0; i < t->nparts; i++) {
         part_t *p = &t->parts[i];
-        for (size_t j = p->head; j < p->n && p->entries[j].tag <= tag; j++)
-            if (!p->entries[j].acked)
-                settle(t, &p->entries[j]);
-        advance(p);
+        pb_tag_entry_t *e = pb_tags_first(&p->live);
+        while (e && e->tag <= tag) {
+            pb_tag_entry_t *next = pb_tags_next(&p->live, e);
+            settle(t, p, e);
+            e = next;
+        }
     }
 }
 

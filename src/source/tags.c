@@ -18,7 +18,7 @@ static void compact(pb_tags_t *t)
     }
 }
 
-uint64_t pb_tags_add(pb_tags_t *t, void *item, uint64_t value, int64_t now_ms)
+void pb_tags_add_tagged(pb_tags_t *t, uint64_t tag, void *item, uint64_t value, int64_t now_ms)
 {
     if (t->len == t->cap) {
         compact(t);
@@ -27,10 +27,27 @@ uint64_t pb_tags_add(pb_tags_t *t, void *item, uint64_t value, int64_t now_ms)
             t->ent = pb_realloc(t->ent, t->cap * sizeof *t->ent);
         }
     }
-    uint64_t tag = ++t->next_tag;
     t->ent[t->len++] = (pb_tag_entry_t){tag, item, now_ms, value};
     t->live++;
+    if (tag > t->next_tag)
+        t->next_tag = tag;
+}
+
+uint64_t pb_tags_add(pb_tags_t *t, void *item, uint64_t value, int64_t now_ms)
+{
+    uint64_t tag = t->next_tag + 1;
+    pb_tags_add_tagged(t, tag, item, value, now_ms);
     return tag;
+}
+
+uint64_t pb_tags_low(const pb_tags_t *t)
+{
+    return t->head < t->len ? t->ent[t->head].tag : 0;
+}
+
+uint64_t pb_tags_high(const pb_tags_t *t)
+{
+    return t->head < t->len ? t->ent[t->len - 1].tag : 0;
 }
 
 pb_tag_entry_t *pb_tags_find(pb_tags_t *t, uint64_t tag)

@@ -29,6 +29,15 @@ typedef struct pb_tags {
 /* A new entry for item (not NULL); returns its tag. */
 uint64_t pb_tags_add(pb_tags_t *t, void *item, uint64_t value, int64_t now_ms);
 
+/* The same with a tag of the caller's, above every tag in t (several tables sharing one
+ * numbering, e.g. one per Kafka partition). */
+void pb_tags_add_tagged(pb_tags_t *t, uint64_t tag, void *item, uint64_t value, int64_t now_ms);
+
+/* The lowest and highest tag ever added and not cleared (0 when empty): a quick range test
+ * before pb_tags_find across several tables. */
+uint64_t pb_tags_low(const pb_tags_t *t);
+uint64_t pb_tags_high(const pb_tags_t *t);
+
 /* The live entry of tag, or NULL (settled already, or never handed out). */
 pb_tag_entry_t *pb_tags_find(pb_tags_t *t, uint64_t tag);
 
