@@ -73,22 +73,10 @@ static pb_status_t setup_exchange(amqp_sink_t *s, pb_error_t *err)
                               amqp_empty_table))
         return PB_OK;
 
-    char buf[320];
-    unsigned code = pb_amqp_link_rpc_failed(&s->link, declare ? "declare exchange" : "check exchange",
-                                            buf, sizeof buf);
-    if (code == AMQP_NOT_FOUND && !declare)
-        return pb_fail(err, PB_FATAL,
-                       "exchange \"%s\" does not exist on vhost \"%s\" (create it, or set "
-                       "amqp.declare_exchange = true)", ex, s->url.vhost);
-    if (code == AMQP_PRECONDITION_FAILED)
-        return pb_fail(err, PB_FATAL,
-                       "exchange \"%s\" exists on vhost \"%s\" but is not a durable %s "
-                       "exchange: %s",
-                       ex, s->url.vhost, cfg->amqp_exchange_type, buf);
-    if (code == AMQP_ACCESS_REFUSED)
-        return pb_fail(err, PB_FATAL, "user \"%s\" may not use exchange \"%s\" on vhost \"%s\": %s",
-                       s->url.user, ex, s->url.vhost, buf);
-    return pb_fail(err, PB_TRANSIENT, "%s", buf);
+    char mismatch[96];
+    snprintf(mismatch, sizeof mismatch, "but is not a durable %s exchange", cfg->amqp_exchange_type);
+    return pb_amqp_link_declare_failed(&s->link, "exchange", ex, s->url.vhost, s->url.user, declare,
+                                       "amqp.declare_exchange", mismatch, err);
 }
 
 /* Opens CHANNEL, prepares the exchange and turns on publisher confirms. On failure the channel

@@ -211,23 +211,12 @@ static pb_status_t declare_queue(amqp_source_t *s, pb_error_t *err)
                   (unsigned)ok->consumer_count);
         return PB_OK;
     }
-    char buf[320];
-    unsigned code = pb_amqp_link_rpc_failed(&s->link, declare ? "declare queue" : "check queue",
-                                            buf, sizeof buf);
-    if (code == AMQP_NOT_FOUND && !declare)
-        return pb_fail(err, PB_FATAL,
-                       "queue \"%s\" does not exist on vhost \"%s\" (create it, or set "
-                       "amqp.queue_declare = true)", q, s->url.vhost);
-    if (code == AMQP_PRECONDITION_FAILED)
-        return pb_fail(err, PB_FATAL,
-                       "queue \"%s\" on vhost \"%s\" exists with different arguments (see "
-                       "amqp.queue_type, queue_max_length, queue_message_ttl, "
-                       "queue_dead_letter_exchange, single_active_consumer): %s", q, s->url.vhost, buf);
-    if (code == AMQP_ACCESS_REFUSED)
-        return pb_fail(err, PB_FATAL, "user \"%s\" may not use queue \"%s\" on vhost \"%s\": %s",
-                       s->url.user, q, s->url.vhost, buf);
-    /* 405 RESOURCE_LOCKED: exclusive to another connection, which may go away */
-    return pb_fail(err, PB_TRANSIENT, "%s", buf);
+    return pb_amqp_link_declare_failed(&s->link, "queue", q, s->url.vhost, s->url.user, declare,
+                                       "amqp.queue_declare",
+                                       "with different arguments (see amqp.queue_type, "
+                                       "queue_max_length, queue_message_ttl, "
+                                       "queue_dead_letter_exchange, single_active_consumer)",
+                                       err);
 }
 
 static pb_status_t bind_queue(amqp_source_t *s, pb_error_t *err)

@@ -1,5 +1,6 @@
 #include "broker/amqp/conn.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
 
@@ -65,6 +66,28 @@ unsigned pb_amqp_link_rpc_failed(pb_amqp_link_t *lk, const char *what, char *buf
     }
     pb_amqp_link_drop(lk);
     return 0;
+}
+
+pb_status_t pb_amqp_link_declare_failed(pb_amqp_link_t *lk, const char *kind, const char *name,
+                                        const char *vhost, const char *user, bool declare,
+                                        const char *option, const char *mismatch,
+                                        pb_error_t *err)
+{
+    char what[32], buf[320];
+    snprintf(what, sizeof what, "%s %s", declare ? "declare" : "check", kind);
+    unsigned code = pb_amqp_link_rpc_failed(lk, what, buf, sizeof buf);
+    if (code == AMQP_NOT_FOUND && !declare)
+        return pb_fail(err, PB_FATAL, "%s \"%s\" does not exist on vhost \"%s\" (create it, or set "
+                                      "%s = true)", kind, name, vhost, option);
+    if (code == AMQP_PRECONDITION_FAILED)
+        return pb_fail(err, PB_FATAL, "%s \"%s\" on vhost \"%s\" exists %s: %s", kind, name, vhost,
+                       mismatch, buf);
+    if (code == AMQP_ACCESS_REFUSED)
+        return pb_fail(err, PB_FATAL, "user \"%s\" may not use %s \"%s\" on vhost \"%s\": %s", user,
+                       kind, name, vhost, buf);
+    /* 405 RESOURCE_LOCKED (a queue exclusive to another connection, which may go away), or
+     * the connection was lost */
+    return pb_fail(err, PB_TRANSIENT, "%s", buf);
 }
 
 int pb_amqp_link_wait_frame(pb_amqp_link_t *lk, amqp_frame_t *f, int64_t deadline_ms)

@@ -68,6 +68,17 @@ void pb_amqp_link_connection_close_ok(pb_amqp_link_t *lk);
 unsigned pb_amqp_link_rpc_failed(pb_amqp_link_t *lk, const char *what, char *buf, size_t n);
 
 /**
+ * @brief After a failed exchange.declare or queue.declare (kind "exchange" or "queue") of name
+ * on vhost by user: the error, PB_FATAL for what a retry cannot fix. declare: it was declared
+ * (else only checked, passively), option the setting that declares it; mismatch says how an
+ * existing one differs when the broker refuses it as it is (PRECONDITION_FAILED).
+ */
+pb_status_t pb_amqp_link_declare_failed(pb_amqp_link_t *lk, const char *kind, const char *name,
+                                        const char *vhost, const char *user, bool declare,
+                                        const char *option, const char *mismatch,
+                                        pb_error_t *err);
+
+/**
  * @brief Waits for the next frame until deadline_ms (pb_monotonic_ms clock). A passed deadline
  * still polls once: frames already buffered or readable at once are returned.
  * @returns AMQP_STATUS_OK with *f filled (its payload lives in rabbitmq-c's pools until the next
