@@ -88,33 +88,17 @@ static const pb_consume_inbox_ops_t pg_inbox_ops = {
     .describe = pg_describe,
 };
 
-/* Logs how the consumer orders, and the settings that work against it. */
-static bool check_ordering(const pb_config_t *cfg)
+/* Logs how the consumer orders (see subscription.h); returns whether it waits for gaps. */
+static bool check_ordering(const pb_config_t *cfg, const pb_source_t *src)
 {
     char why[400];
-    bool wait_for_gaps = pb_subscription_waits_for_gaps(cfg, why, sizeof why);
+    bool wait_for_gaps = pb_subscription_waits_for_gaps(cfg, src, why, sizeof why);
     if (wait_for_gaps)
         log_info(FAC, "ordering: an aggregate's message waits up to %lld ms for a missing earlier "
                       "aggregate_sequence, since %s", (long long)cfg->consume_gap_timeout, why);
     else
         log_info(FAC, "ordering: the broker's order per aggregate, no wait for missing "
                       "aggregate_sequence numbers, since %s", why);
-    if (wait_for_gaps && strcmp(cfg->consume_source, "nats") == 0 &&
-        cfg->consume_gap_timeout <= cfg->nats_ack_wait)
-        log_warn(FAC, "consume.gap_timeout %lld ms is not above nats.ack_wait %lld ms: after a "
-                      "consumer crash, an aggregate's later messages may go on before the earlier "
-                      "ones are redelivered", (long long)cfg->consume_gap_timeout,
-                 (long long)cfg->nats_ack_wait);
-    if (wait_for_gaps && strcmp(cfg->consume_source, "redis") == 0 &&
-        cfg->consume_gap_timeout <= cfg->redis_claim_idle)
-        log_warn(FAC, "consume.gap_timeout %lld ms is not above redis.claim_idle %lld ms: after a "
-                      "consumer crash, an aggregate's later entries go on before the dead "
-                      "consumer's entries are claimed, which are then handled out of order", (long long)cfg->consume_gap_timeout,
-                 (long long)cfg->redis_claim_idle);
-    if (strcmp(cfg->consume_source, "amqp") == 0 && cfg->consume_max_held < cfg->amqp_prefetch)
-        log_warn(FAC, "consume.max_held %lld is below amqp.prefetch %lld: at the bound RabbitMQ "
-                      "redelivers what is given back at once, again and again",
-                 (long long)cfg->consume_max_held, (long long)cfg->amqp_prefetch);
     return wait_for_gaps;
 }
 
@@ -133,7 +117,7 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
             *opts->config_error = true;
         return st;
     }
-    pg_inbox_t inbox = {.cfg = cfg, .wait_for_gaps = check_ordering(cfg)};
+    pg_inbox_t inbox = {.cfg = cfg, .wait_for_gaps = check_ordering(cfg, src)};
     pb_ops_t *ops; /* /metrics, /healthz, /readyz; inbox retention purge */
     if ((st = pb_ops_start(cfg, "consume", &ops, err)) == PB_OK) {
         pb_consume_setup_t setup = {.cfg = cfg, .src = src, .inbox = &pg_inbox_ops,

@@ -10,9 +10,12 @@
 #include <stddef.h>
 
 #include "config/config.h"
+#include "source/source.h"
 
-/* True when the consumer waits for missing sequence numbers; why[0..n) says on what grounds,
- * for the start-up log. */
-bool pb_subscription_waits_for_gaps(const pb_config_t *cfg, char *why, size_t n);
+/* True when the consumer waits for missing sequence numbers: consume.wait_for_gaps, else the
+ * source's own judgement of its subscription (takes_every_event). why[0..n) says on what
+ * grounds, for the start-up log. */
+bool pb_subscription_waits_for_gaps(const pb_config_t *cfg, const pb_source_t *src, char *why,
+                                    size_t n);
 
 #endif

@@ -734,6 +734,31 @@ static void src_free(pb_source_t *src)
     free(s);
 }
 
+/* Every event reaches the queue when postbox declares it bound with '#' on a topic exchange,
+ * or bound at all to a fanout exchange; a binding per event type takes only those. */
+static bool src_takes_every_event(const pb_source_t *src, char *why, size_t n)
+{
+    const amqp_source_t *s = (const amqp_source_t *)src;
+    const pb_config_t *cfg = src->cfg;
+    if (!cfg->amqp_queue_declare) {
+        snprintf(why, n, "amqp.queue_declare is false, so the queue's bindings are not known");
+        return false;
+    }
+    if (strcmp(cfg->amqp_exchange_type, "fanout") == 0) {
+        snprintf(why, n, "the queue is %sbound to fanout exchange %s", s->nbindings ? "" : "not ",
+                 cfg->amqp_exchange);
+        return s->nbindings > 0;
+    }
+    for (size_t i = 0; strcmp(cfg->amqp_exchange_type, "topic") == 0 && i < s->nbindings; i++)
+        if (strcmp(s->bindings[i], "#") == 0) {
+            snprintf(why, n, "amqp.bindings has '#'");
+            return true;
+        }
+    snprintf(why, n, "amqp.bindings '%s' on a %s exchange may take only some event types",
+             cfg->amqp_bindings, cfg->amqp_exchange_type);
+    return false;
+}
+
 static const pb_source_ops_t amqp_source_ops = {
     .name = "amqp",
     .connect = src_connect,
@@ -743,6 +768,7 @@ static const pb_source_ops_t amqp_source_ops = {
     .prefetch = src_prefetch,
     .prefetch_fd = src_prefetch_fd,
     .pending = src_pending,
+    .takes_every_event = src_takes_every_event,
     .free = src_free,
 };
 
@@ -815,6 +841,11 @@ pb_status_t pb_source_amqp_new(const pb_config_t *cfg, pb_source_t **out, pb_err
         log_warn(FAC, "amqp.prefetch %lld is below 3 x consume.batch_size %lld: the next batch "
                       "cannot fill while the database handles this one",
                  (long long)cfg->amqp_prefetch, (long long)cfg->consume_batch_size);
+
+    if (cfg->consume_max_held < cfg->amqp_prefetch)
+        log_warn(FAC, "consume.max_held %lld is below amqp.prefetch %lld: at the bound RabbitMQ "
+                      "redelivers what is given back at once, again and again",
+                 (long long)cfg->consume_max_held, (long long)cfg->amqp_prefetch);
 
     amqp_source_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);

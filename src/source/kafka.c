@@ -704,6 +704,13 @@ static void source_free(pb_source_t *src)
     free(s);
 }
 
+/* One topic per aggregate type (kafka.topic without {event_type}) carries every event of an
+ * aggregate, and the key keeps them in one partition. */
+static bool source_takes_every_event(const pb_source_t *src, char *why, size_t n)
+{
+    return pb_source_template_keeps_aggregate("kafka.topic", src->cfg->kafka_topic, why, n);
+}
+
 static const pb_source_ops_t kafka_source_ops = {
     .name = "kafka",
     .connect = source_connect,
@@ -711,6 +718,7 @@ static const pb_source_ops_t kafka_source_ops = {
     .ack = source_ack,
     .requeue = source_requeue,
     .pending = source_pending,
+    .takes_every_event = source_takes_every_event,
     .free = source_free,
 };
 

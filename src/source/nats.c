@@ -675,6 +675,23 @@ static void src_free(pb_source_t *src)
     pb_nats_lib_release();
 }
 
+/* Every event of the stream comes when the durable consumer has no filter, or one as wide as
+ * the stream's subjects; a filter by event type takes only those. */
+static bool src_takes_every_event(const pb_source_t *src, char *why, size_t n)
+{
+    const pb_config_t *cfg = src->cfg;
+    const char *f = cfg->nats_filter_subject;
+    char all[512];
+    snprintf(all, sizeof all, "%s>", cfg->nats_subject_prefix);
+    const char *subjects = *cfg->nats_stream_subjects ? cfg->nats_stream_subjects : all;
+    if (!*f || strcmp(f, ">") == 0 || strcmp(f, subjects) == 0) {
+        snprintf(why, n, "it reads the whole stream %s", cfg->nats_stream);
+        return true;
+    }
+    snprintf(why, n, "nats.filter_subject '%s' may take only some event types", f);
+    return false;
+}
+
 static const pb_source_ops_t nats_source_ops = {
     .name = "nats",
     .connect = src_connect,
@@ -682,6 +699,7 @@ static const pb_source_ops_t nats_source_ops = {
     .ack = src_ack,
     .requeue = src_requeue,
     .pending = src_pending,
+    .takes_every_event = src_takes_every_event,
     .free = src_free,
 };
 
@@ -699,6 +717,12 @@ pb_status_t pb_source_nats_new(const pb_config_t *cfg, pb_source_t **out, pb_err
     if (*cfg->nats_filter_subject && !pb_nats_subject_matches(">", cfg->nats_filter_subject))
         return pb_fail(err, PB_FATAL, "nats.filter_subject \"%s\" is not a subject",
                        cfg->nats_filter_subject);
+    if (cfg->consume_gap_timeout > 0 && cfg->consume_gap_timeout <= cfg->nats_ack_wait &&
+        strcmp(cfg->consume_wait_for_gaps, "never") != 0)
+        log_warn(FAC, "consume.gap_timeout %lld ms is not above nats.ack_wait %lld ms: after a "
+                      "consumer crash, an aggregate's later messages may go on before the earlier "
+                      "ones are redelivered", (long long)cfg->consume_gap_timeout,
+                 (long long)cfg->nats_ack_wait);
     nats_source_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);
     s->base.ops = &nats_source_ops;

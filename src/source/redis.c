@@ -1028,6 +1028,13 @@ static void src_free(pb_source_t *src)
     free(s);
 }
 
+/* One stream per aggregate type (redis.stream without {event_type}) carries every event of an
+ * aggregate. */
+static bool src_takes_every_event(const pb_source_t *src, char *why, size_t n)
+{
+    return pb_source_template_keeps_aggregate("redis.stream", src->cfg->redis_stream, why, n);
+}
+
 static const pb_source_ops_t redis_source_ops = {
     .name = "redis",
     .connect = src_connect,
@@ -1035,6 +1042,7 @@ static const pb_source_ops_t redis_source_ops = {
     .ack = src_ack,
     .requeue = src_requeue,
     .pending = src_pending,
+    .takes_every_event = src_takes_every_event,
     .free = src_free,
 };
 
@@ -1063,6 +1071,12 @@ pb_status_t pb_source_redis_new(const pb_config_t *cfg, pb_source_t **out, pb_er
     pb_status_t st = pb_redis_check_config(cfg, err);
     if (st != PB_OK)
         return st;
+    if (cfg->consume_gap_timeout > 0 && cfg->consume_gap_timeout <= cfg->redis_claim_idle &&
+        strcmp(cfg->consume_wait_for_gaps, "never") != 0)
+        log_warn(FAC, "consume.gap_timeout %lld ms is not above redis.claim_idle %lld ms: after a "
+                      "consumer crash, an aggregate's later entries may go on before the dead "
+                      "consumer's entries are claimed, which are then handled out of order",
+                 (long long)cfg->consume_gap_timeout, (long long)cfg->redis_claim_idle);
     redis_source_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);
     s->base.ops = &redis_source_ops;

@@ -1,5 +1,6 @@
 #include "source/source.h"
 
+#include <stdio.h>
 #include <string.h>
 
 int64_t pb_source_sequence(const char *text, size_t len)
@@ -13,6 +14,18 @@ int64_t pb_source_sequence(const char *text, size_t len)
         v = v * 10 + (text[i] - '0');
     }
     return v;
+}
+
+bool pb_source_template_keeps_aggregate(const char *option, const char *template, char *why,
+                                        size_t n)
+{
+    if (strstr(template, "{event_type}") || strstr(template, "{event_id}")) {
+        snprintf(why, n, "%s '%s' sends one aggregate's events to several places", option,
+                 template);
+        return false;
+    }
+    snprintf(why, n, "%s '%s' keeps one aggregate's events in one place", option, template);
+    return true;
 }
 
 /* Every source: its name in consume.source and its constructor, which checks its own

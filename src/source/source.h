@@ -92,6 +92,12 @@ typedef struct pb_source_ops {
      * with that error. */
     pb_status_t (*pending)(pb_source_t *src, int64_t *pending, pb_error_t *err);
 
+    /* Optional (NULL: it cannot tell, so the consumer does not wait for gaps). Whether this
+     * subscription takes every event of an aggregate, judged from the source's configuration:
+     * only then can every aggregate_sequence number come, so that the consumer may wait for a
+     * missing one (consume.wait_for_gaps = auto). why[0..n) says on what grounds. */
+    bool (*takes_every_event)(const pb_source_t *src, char *why, size_t n);
+
     /* Closes the connection (if any) and frees the source. Accepts NULL. */
     void (*free)(pb_source_t *src);
 } pb_source_ops_t;
@@ -104,6 +110,11 @@ struct pb_source {
 /* The value of header PB_SEQUENCE_HEADER, text[0..len) in decimal: a number from 1 up, else 0
  * (none or not a sequence number). For every source. */
 int64_t pb_source_sequence(const char *text, size_t len);
+
+/* A destination template (redis.stream, kafka.topic) judged for takes_every_event: false when
+ * it sends one aggregate's events to several places ({event_type} or {event_id} in it). */
+bool pb_source_template_keeps_aggregate(const char *option, const char *template, char *why,
+                                        size_t n);
 
 /* Creates the source named by cfg->consume_source, unconnected. */
 pb_status_t pb_source_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err) PB_MUSTCHECK;
