@@ -573,11 +573,11 @@ static int cmd_publish_raw(int argc, char **argv)
                     : !batchwise || s.sent % (uint64_t)window != 0 || s.settled == s.sent)) {
             uint64_t i = s.sent + 1;
             make_uuid(uuid, seed, i);
-            snprintf(agg_id, sizeof agg_id, "agg-%" PRIu64, i % 100);
+            snprintf(agg_id, sizeof agg_id, "agg-%" PRIu64, (i - 1) % 100);
             props.message_id = amqp_cstring_bytes(uuid);
             props.timestamp = (uint64_t)time(NULL);
             hdr[1].value.value.bytes = amqp_cstring_bytes(agg_id);
-            hdr[2].value.value.i64 = (int64_t)(i / 100 + 1);
+            hdr[2].value.value.i64 = (int64_t)((i - 1) / 100 + 1);
             int st = amqp_basic_publish(conn, CHANNEL, exchange, rkey, 1, 0, &props, payload);
             check_status(st, "basic.publish");
             s.sent = i;

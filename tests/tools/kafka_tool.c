@@ -17,7 +17,18 @@
  *       without a committed offset counts from its low watermark)
  *   kafka-tool produce BROKERS TOPIC N [SIZE]
  *       N messages of SIZE bytes (default 300) with an idempotent producer (acks=all),
- *       100 keys, the five headers the relay sends, linger.ms 1 as the relay; prints the rate */
+ *       100 keys, the five headers the relay sends, linger.ms 1 as the relay; prints the rate
+ *   kafka-tool fill BROKERS TOPIC N SIZE [--sequence]
+ *       the consume benchmarks' backlog: N messages as the relay's kafka sink writes them (key
+ *       agg-(i mod 100), a JSON payload {"pad":"x..."} of SIZE bytes, headers event_id (a UUID of
+ *       its own per message), event_type bench.event.v1, aggregate_type bench, aggregate_id, with
+ *       --sequence also aggregate_sequence (1, 2, ... within each aggregate)), produced as
+ *       produce does; prints "published N in S seconds: R msgs/s; last message_id ID"
+ *   kafka-tool consume-raw BROKERS GROUP TOPIC N BATCH
+ *       the consume benchmarks' baseline: a member of GROUP (new, from the earliest offset,
+ *       enable.auto.commit off) reads N messages, no processing, and commits its positions
+ *       (asynchronously) after every BATCH messages, synchronously at the end; prints "consumed
+ *       N in S seconds: R msgs/s" (S from the first partition assignment to the last commit) */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -367,6 +378,154 @@ static int cmd_produce(int argc, char **argv)
     return failed || delivered != n;
 }
 
+/* fill: the relay's messages, each with an event_id of its own */
+static int cmd_fill(int argc, char **argv)
+{
+    if (argc != 4 && argc != 5)
+        die("usage: fill BROKERS TOPIC N SIZE [--sequence]");
+    long n = parse_long(argv[2], "N", 1, 100000000);
+    long size = parse_long(argv[3], "SIZE", 12, 1000000);
+    int with_seq = 0;
+    if (argc == 5) {
+        if (strcmp(argv[4], "--sequence"))
+            die("unknown option %s", argv[4]);
+        with_seq = 1;
+    }
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    conf_set(conf, "bootstrap.servers", argv[0]);
+    conf_set(conf, "enable.idempotence", "true");
+    conf_set(conf, "acks", "all");
+    conf_set(conf, "linger.ms", "1");
+    conf_set(conf, "log_level", "3");
+    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    char errstr[512];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    if (!rk)
+        die("cannot create the producer: %s", errstr);
+    char *payload = malloc((size_t)size);
+    if (!payload)
+        die("out of memory");
+    memset(payload, 'x', (size_t)size);
+    memcpy(payload, "{\"pad\":\"", 8);
+    memcpy(payload + size - 2, "\"}", 2);
+    unsigned long seed = ((unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16)) &
+                         0xffffffffUL;
+    char id[64] = "";
+    double t0 = now_s();
+    for (long i = 1; i <= n; i++) {
+        char key[32], seq[24];
+        int klen = snprintf(key, sizeof key, "agg-%ld", i % 100);
+        int slen = snprintf(seq, sizeof seq, "%ld", (i - 1) / 100 + 1);
+        snprintf(id, sizeof id, "%08lx-0000-4000-8000-%012lx", seed, (unsigned long)i);
+        rd_kafka_headers_t *h = rd_kafka_headers_new(5);
+        rd_kafka_header_add(h, "event_id", -1, id, -1);
+        rd_kafka_header_add(h, "event_type", -1, "bench.event.v1", -1);
+        rd_kafka_header_add(h, "aggregate_type", -1, "bench", -1);
+        rd_kafka_header_add(h, "aggregate_id", -1, key, (ssize_t)klen);
+        if (with_seq)
+            rd_kafka_header_add(h, "aggregate_sequence", -1, seq, (ssize_t)slen);
+        for (;;) {
+            rd_kafka_resp_err_t e = rd_kafka_producev(
+                rk, RD_KAFKA_V_TOPIC(argv[1]), RD_KAFKA_V_KEY(key, (size_t)klen),
+                RD_KAFKA_V_VALUE(payload, (size_t)size), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
+            if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+                rd_kafka_poll(rk, 10);
+                continue;
+            }
+            if (e)
+                die("produce: %s", rd_kafka_err2str(e));
+            break; /* the headers are librdkafka's now */
+        }
+        rd_kafka_poll(rk, 0);
+    }
+    rd_kafka_flush(rk, 60000);
+    double t1 = now_s();
+    printf("published %ld in %.3f seconds: %.0f msgs/s (%ld failed); last message_id %s\n",
+           delivered, t1 - t0, (double)delivered / (t1 - t0), failed, id);
+    free(payload);
+    rd_kafka_destroy(rk);
+    return failed || delivered != n;
+}
+
+/* consume-raw: the clock starts at the first assignment (joining a group is the broker's and
+ * the same for any member), so it measures reading and committing */
+static double raw_assigned_at;
+
+static void raw_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
+                          rd_kafka_topic_partition_list_t *l, void *opaque)
+{
+    (void)opaque;
+    if (e == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        if (raw_assigned_at == 0 && l->cnt > 0)
+            raw_assigned_at = now_s();
+        rd_kafka_assign(rk, l);
+    } else {
+        rd_kafka_assign(rk, NULL);
+    }
+}
+
+static int cmd_consume_raw(int argc, char **argv)
+{
+    if (argc != 5)
+        die("usage: consume-raw BROKERS GROUP TOPIC N BATCH");
+    long n = parse_long(argv[3], "N", 1, 1000000000);
+    long batch = parse_long(argv[4], "BATCH", 1, 1000000);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    conf_set(conf, "bootstrap.servers", argv[0]);
+    conf_set(conf, "log_level", "3");
+    conf_set(conf, "group.id", argv[1]);
+    conf_set(conf, "enable.auto.commit", "false");
+    conf_set(conf, "auto.offset.reset", "earliest");
+    rd_kafka_conf_set_rebalance_cb(conf, raw_rebalance);
+    char errstr[512];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
+    if (!rk)
+        die("cannot create the consumer: %s", errstr);
+    rd_kafka_poll_set_consumer(rk);
+    rd_kafka_topic_partition_list_t *sub = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(sub, argv[2], RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t e = rd_kafka_subscribe(rk, sub);
+    rd_kafka_topic_partition_list_destroy(sub);
+    if (e)
+        die("subscribe %s: %s", argv[2], rd_kafka_err2str(e));
+    long got = 0, since_commit = 0;
+    double last = now_s();
+    while (got < n) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+        if (!m) {
+            if (now_s() - last > 60.0)
+                die("consume-raw %s: nothing for 60 s after %ld of %ld message(s)", argv[2], got,
+                    n);
+            continue;
+        }
+        if (m->err) {
+            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                fprintf(stderr, "%s: %s\n", progname, rd_kafka_message_errstr(m));
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        rd_kafka_message_destroy(m); /* its offset is stored (enable.auto.offset.store) */
+        got++;
+        last = now_s();
+        if (++since_commit >= batch && got < n) {
+            e = rd_kafka_commit(rk, NULL, 1);
+            if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
+                die("commit: %s", rd_kafka_err2str(e));
+            since_commit = 0;
+        }
+    }
+    e = rd_kafka_commit(rk, NULL, 0);
+    if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
+        die("commit: %s", rd_kafka_err2str(e));
+    double secs = now_s() - raw_assigned_at;
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    printf("consumed %ld in %.3f seconds: %.0f msgs/s (commit every %ld)\n", got, secs,
+           (double)got / secs, batch);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -384,5 +543,9 @@ int main(int argc, char **argv)
         return cmd_lag(argc - 2, argv + 2);
     if (!strcmp(cmd, "produce"))
         return cmd_produce(argc - 2, argv + 2);
-    die("unknown command %s (drain, headers, count, lag, produce)", cmd);
+    if (!strcmp(cmd, "fill"))
+        return cmd_fill(argc - 2, argv + 2);
+    if (!strcmp(cmd, "consume-raw"))
+        return cmd_consume_raw(argc - 2, argv + 2);
+    die("unknown command %s (drain, headers, count, lag, produce, fill, consume-raw)", cmd);
 }

@@ -29,6 +29,18 @@
  *       (js_PublishMsgAsync, at most MAXPENDING unacknowledged), each with its own Nats-Msg-Id
  *       and the headers the relay sets (event_type, aggregate_type, aggregate_id); waits for
  *       every ack; prints "published N in S seconds: R msgs/s" (exit 1 on any failed ack)
+ *   nats-tool fill URL SUBJECT N SIZE MAXPENDING [--sequence]
+ *       the consume benchmarks' backlog: N messages as the relay's nats sink writes them, a JSON
+ *       body {"pad":"x..."} of SIZE bytes, Nats-Msg-Id a UUID of its own per message, headers
+ *       event_type bench.event.v1, aggregate_type bench, aggregate_id agg-(i mod 100), with
+ *       --sequence also aggregate_sequence (1, 2, ... within each aggregate); published as
+ *       publish-raw does; prints "published N in S seconds: R msgs/s; last message_id ID"
+ *   nats-tool consume-raw URL STREAM DURABLE N BATCH [--ack-all]
+ *       the consume benchmarks' baseline: a new durable pull consumer on STREAM (explicit acks,
+ *       max_ack_pending 20000, as postbox's), fetches of BATCH and an ack of each message
+ *       (--ack-all: an AckAll consumer, one ack of the last message per fetch), no processing,
+ *       until N messages; prints "consumed N in S seconds: R msgs/s" (S from the first fetch to
+ *       the last acks, flushed to the server); the durable is deleted afterwards
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -411,10 +423,142 @@ static int cmd_publish_raw(int argc, char **argv)
     return 0;
 }
 
+/* fill: the relay's messages (nats sink: Nats-Msg-Id = event_id and four headers), each
+ * with an id of its own, so the consumer's inbox takes every one */
+static int cmd_fill(int argc, char **argv)
+{
+    if (argc != 5 && argc != 6)
+        die("usage: fill URL SUBJECT N SIZE MAXPENDING [--sequence]");
+    long n = parse_long(argv[2], "N", 1, 100000000);
+    long size = parse_long(argv[3], "SIZE", 12, 64 * 1024 * 1024);
+    long maxp = parse_long(argv[4], "MAXPENDING", 1, 10000000);
+    bool with_seq = false;
+    if (argc == 6) {
+        if (strcmp(argv[5], "--sequence"))
+            die("unknown option %s", argv[5]);
+        with_seq = true;
+    }
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.PublishAsync.MaxPending = maxp;
+    jo.PublishAsync.AckHandler = raw_ack;
+    jo.PublishAsync.StallWait = 30000;
+    open_url(argv[0], &jo);
+    char *body = malloc((size_t)size);
+    if (!body)
+        die("out of memory");
+    memset(body, 'x', (size_t)size);
+    memcpy(body, "{\"pad\":\"", 8);
+    memcpy(body + size - 2, "\"}", 2);
+    uint64_t seed = ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16)) & 0xffffffffu;
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = 30000;
+    char id[64] = "";
+    double t0 = now_s();
+    for (long i = 1; i <= n; i++) {
+        char agg[32], seq[24];
+        snprintf(id, sizeof id, "%08" PRIx64 "-0000-4000-8000-%012lx", seed, (unsigned long)i);
+        snprintf(agg, sizeof agg, "agg-%ld", i % 100);
+        snprintf(seq, sizeof seq, "%ld", (i - 1) / 100 + 1);
+        natsMsg *m = NULL;
+        check(natsMsg_Create(&m, argv[1], NULL, body, (int)size), "message");
+        check(natsMsgHeader_Set(m, "event_type", "bench.event.v1"), "header");
+        check(natsMsgHeader_Set(m, "aggregate_type", "bench"), "header");
+        check(natsMsgHeader_Set(m, "aggregate_id", agg), "header");
+        if (with_seq)
+            check(natsMsgHeader_Set(m, "aggregate_sequence", seq), "header");
+        po.MsgId = id;
+        natsStatus s = js_PublishMsgAsync(js, &m, &po);
+        natsMsg_Destroy(m);
+        check(s, "publish");
+    }
+    pthread_mutex_lock(&raw_mu);
+    while (raw_acked < n)
+        pthread_cond_wait(&raw_cv, &raw_mu);
+    pthread_mutex_unlock(&raw_mu);
+    double t1 = now_s();
+    if (raw_failed)
+        die("%ld of %ld acks failed, e.g. %s", raw_failed, n, raw_error);
+    printf("published %ld in %.3f seconds: %.0f msgs/s; last message_id %s\n", n, t1 - t0,
+           (double)n / (t1 - t0), id);
+    free(body);
+    close_all();
+    return 0;
+}
+
+/* consume-raw: what a consumer without a database costs, with the acks postbox's source sends */
+static int cmd_consume_raw(int argc, char **argv)
+{
+    if (argc != 5 && argc != 6)
+        die("usage: consume-raw URL STREAM DURABLE N BATCH [--ack-all]");
+    const char *stream = argv[1], *durable = argv[2];
+    long n = parse_long(argv[3], "N", 1, 1000000000);
+    long batch = parse_long(argv[4], "BATCH", 1, 100000);
+    bool ack_all = false;
+    if (argc == 6) {
+        if (strcmp(argv[5], "--ack-all"))
+            die("unknown option %s", argv[5]);
+        ack_all = true;
+    }
+    open_url(argv[0], NULL);
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = durable;
+    cc.DeliverPolicy = js_DeliverAll;
+    cc.AckPolicy = ack_all ? js_AckAll : js_AckExplicit;
+    cc.AckWait = INT64_C(30000000000);
+    cc.MaxAckPending = 20000;
+    jsConsumerInfo *ci = NULL;
+    jsErrCode jerr = 0;
+    check(js_AddConsumer(&ci, js, stream, &cc, NULL, &jerr), "add consumer");
+    jsConsumerInfo_Destroy(ci);
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = stream;
+    so.Consumer = durable;
+    natsSubscription *sub = NULL;
+    check(js_PullSubscribe(&sub, js, NULL, durable, NULL, &so, &jerr), "pull subscribe");
+    check(natsSubscription_SetPendingLimits(sub, -1, -1), "pending limits");
+    long got = 0;
+    double t0 = now_s(), last = t0;
+    while (got < n) {
+        /* never more than is left: in nats.c 3.4.1 a Fetch after one that timed out with
+         * messages still to come can overrun its list (see src/source/nats.c) */
+        long want = n - got < batch ? n - got : batch;
+        natsMsgList list = {0};
+        natsStatus s = natsSubscription_Fetch(&list, sub, (int)want, 5000, &jerr);
+        if (s == NATS_TIMEOUT) {
+            if (now_s() - last > 60.0)
+                die("consume-raw %s: nothing for 60 s after %ld of %ld message(s)", stream, got, n);
+            continue;
+        }
+        check(s, "fetch");
+        for (int i = 0; i < list.Count; i++)
+            if (!ack_all || i == list.Count - 1)
+                check(natsMsg_Ack(list.Msgs[i], NULL), "ack");
+        got += list.Count;
+        if (list.Count)
+            last = now_s();
+        natsMsgList_Destroy(&list);
+    }
+    /* the server has every ack once it answers the flush's PING */
+    check(natsConnection_FlushTimeout(nc, 30000), "flush");
+    double secs = now_s() - t0;
+    natsSubscription_Unsubscribe(sub);
+    natsSubscription_Destroy(sub);
+    js_DeleteConsumer(js, stream, durable, NULL, NULL);
+    close_all();
+    printf("consumed %ld in %.3f seconds: %.0f msgs/s (fetch %ld, %s)\n", got, secs,
+           (double)got / secs, batch, ack_all ? "one AckAll per fetch" : "an ack per message");
+    return 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: %s count|stream-info|delete-stream|delete-consumer|consumer-info|drain|publish|"
-                    "publish-raw ARGS... (see tests/tools/nats_tool.c)\n", progname);
+                    "publish-raw|fill|consume-raw ARGS... (see tests/tools/nats_tool.c)\n",
+            progname);
     exit(2);
 }
 
@@ -441,5 +585,9 @@ int main(int argc, char **argv)
         return cmd_publish(argc, argv);
     if (!strcmp(cmd, "publish-raw"))
         return cmd_publish_raw(argc, argv);
+    if (!strcmp(cmd, "fill"))
+        return cmd_fill(argc, argv);
+    if (!strcmp(cmd, "consume-raw"))
+        return cmd_consume_raw(argc, argv);
     usage();
 }
