@@ -165,4 +165,5 @@ grep -m 3 'duplicate message' "$CONSUMER_LOG" | sed 's/^/  log: /'
 ((relay_kills >= 3 && consumer_kills >= 3)) || fail "only $relay_kills relay and $consumer_kills consumer kills"
 ((relay_busy >= 3)) || fail "only $relay_busy of $relay_kills relay kills hit a relay with work in hand"
 ((consumer_busy >= 3)) || fail "only $consumer_busy of $consumer_kills consumer kills hit a consumer with work in hand"
+check_in_order "$CONSUMER_LOG"
 ((dups > 0)) || fail "no duplicate was absorbed"

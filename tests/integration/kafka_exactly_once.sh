@@ -143,6 +143,7 @@ say "inbox: $rows rows ($processed processed), committed events without an inbox
 ((relay_kills >= 3 && consumer_kills >= 3)) || fail "only $relay_kills relay and $consumer_kills consumer kills"
 ((relay_busy >= 3)) || fail "only $relay_busy of $relay_kills relay kills hit a relay with work in hand"
 ((consumer_busy >= 3)) || fail "only $consumer_busy of $consumer_kills consumer kills hit a consumer with work in hand"
+check_in_order "$CONSUMER_LOG" "$CONSUMER2_LOG"
 
 # replay: a new consumer group reads the whole topic again
 before=$dups

@@ -132,6 +132,7 @@ say "relay republishes dropped by JetStream (duplicate acks): $relay_dup_acks; d
 ((relay_kills >= 3 && consumer_kills >= 3)) || fail "only $relay_kills relay and $consumer_kills consumer kills"
 ((relay_busy >= 3)) || fail "only $relay_busy of $relay_kills relay kills hit a relay with work in hand"
 ((consumer_busy >= 3)) || fail "only $consumer_busy of $consumer_kills consumer kills hit a consumer with work in hand"
+check_in_order "$CONSUMER_LOG"
 
 # replay: a fresh durable consumer delivers the whole stream again
 nats_tool delete-consumer "$POSTBOX_NATS_URL" "$POSTBOX_NATS_STREAM" "$DURABLE" || fail "nats-tool delete-consumer failed"

@@ -182,6 +182,7 @@ gave_up=$(gave_up_lines)
 ((relay_kills >= 3 && consumer_kills >= 3)) || fail "only $relay_kills relay and $consumer_kills consumer kills"
 ((relay_busy >= 3)) || fail "only $relay_busy of $relay_kills relay kills hit a relay with work in hand"
 ((consumer_busy >= 3)) || fail "only $consumer_busy of $consumer_kills consumer kills hit a consumer with work in hand"
+check_in_order "$CONSUMER_LOG"
 
 # replay: the group destroyed and created again from the start of the stream
 redis_cli XGROUP DESTROY "$STREAM" "$GROUP" >/dev/null || fail "XGROUP DESTROY failed"
