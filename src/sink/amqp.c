@@ -81,8 +81,9 @@ static pb_status_t setup_exchange(amqp_sink_t *s, pb_error_t *err)
 
 /* Opens CHANNEL, prepares the exchange and turns on publisher confirms. On failure the channel
  * is closed; the connection may be too (s->link.conn NULL). */
-static pb_status_t setup_channel(amqp_sink_t *s, pb_error_t *err)
+static pb_status_t setup_channel(void *arg, pb_error_t *err)
 {
+    amqp_sink_t *s = arg;
     pb_status_t st = pb_amqp_link_channel_open(&s->link, err);
     if (st == PB_OK)
         st = setup_exchange(s, err);
@@ -101,16 +102,11 @@ static pb_status_t sink_connect(pb_sink_t *snk, pb_error_t *err)
 {
     amqp_sink_t *s = (amqp_sink_t *)snk;
     const pb_config_t *cfg = snk->cfg;
-    pb_amqp_link_close(&s->link);
     s->awaiting = false;
-    pb_status_t st = pb_amqp_open(&s->url, cfg, s->heartbeat_s, &s->link.conn, err);
+    pb_status_t st = pb_amqp_link_connect(&s->link, &s->url, cfg, s->heartbeat_s, setup_channel,
+                                          s, err);
     if (st != PB_OK)
         return st;
-    st = setup_channel(s, err);
-    if (st != PB_OK) {
-        pb_amqp_link_close(&s->link);
-        return st;
-    }
     log_info(FAC, "connected to rabbitmq at %s vhost=\"%s\" user=\"%s\" exchange=\"%s\" "
                   "heartbeat=%ds frame_max=%d", s->where, s->url.vhost, s->url.user,
              cfg->amqp_exchange, amqp_get_heartbeat(s->link.conn),

@@ -266,8 +266,9 @@ static pb_status_t start_consuming(amqp_source_t *s, pb_error_t *err)
     return pb_fail(err, PB_TRANSIENT, "%s", buf);
 }
 
-static pb_status_t setup_channel(amqp_source_t *s, pb_error_t *err)
+static pb_status_t setup_channel(void *arg, pb_error_t *err)
 {
+    amqp_source_t *s = arg;
     const pb_config_t *cfg = s->base.cfg;
     pb_status_t st = pb_amqp_link_channel_open(&s->link, err);
     if (st != PB_OK)
@@ -293,14 +294,10 @@ static pb_status_t src_connect(pb_source_t *src, pb_error_t *err)
     recycle_amqp_pool(&s->arenas[0]);
     recycle_amqp_pool(&s->arenas[1]);
     s->n_pending = 0;
-    pb_status_t st = pb_amqp_open(&s->url, cfg, s->heartbeat_s, &s->link.conn, err);
+    pb_status_t st = pb_amqp_link_connect(&s->link, &s->url, cfg, s->heartbeat_s, setup_channel,
+                                          s, err);
     if (st != PB_OK)
         return st;
-    st = setup_channel(s, err);
-    if (st != PB_OK) {
-        pb_amqp_link_close(&s->link);
-        return st;
-    }
     log_info(FAC, "consuming queue \"%s\" on rabbitmq at %s vhost=\"%s\" user=\"%s\" prefetch=%lld "
                   "heartbeat=%ds frame_max=%d", cfg->amqp_queue, s->where, s->url.vhost,
              s->url.user, (long long)cfg->amqp_prefetch, amqp_get_heartbeat(s->link.conn),

@@ -68,6 +68,18 @@ unsigned pb_amqp_link_rpc_failed(pb_amqp_link_t *lk, const char *what, char *buf
     return 0;
 }
 
+pb_status_t pb_amqp_link_connect(pb_amqp_link_t *lk, const struct pb_amqp_url *url,
+                                 const struct pb_config *cfg, int heartbeat_s,
+                                 pb_status_t (*setup)(void *arg, pb_error_t *err), void *arg,
+                                 pb_error_t *err)
+{
+    pb_amqp_link_close(lk);
+    pb_status_t st = pb_amqp_open(url, cfg, heartbeat_s, &lk->conn, err);
+    if (st == PB_OK && (st = setup(arg, err)) != PB_OK)
+        pb_amqp_link_close(lk);
+    return st;
+}
+
 pb_status_t pb_amqp_link_declare_failed(pb_amqp_link_t *lk, const char *kind, const char *name,
                                         const char *vhost, const char *user, bool declare,
                                         const char *option, const char *mismatch,

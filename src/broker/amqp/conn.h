@@ -67,6 +67,19 @@ void pb_amqp_link_connection_close_ok(pb_amqp_link_t *lk);
  */
 unsigned pb_amqp_link_rpc_failed(pb_amqp_link_t *lk, const char *what, char *buf, size_t n);
 
+struct pb_amqp_url;
+struct pb_config;
+
+/**
+ * @brief (Re)connects lk: closes what it had, opens the connection to url (TLS, login,
+ * heartbeat_s), then setup(arg, err) prepares it (the channel and what the sink or source
+ * declares). When setup fails the connection is closed again.
+ */
+pb_status_t pb_amqp_link_connect(pb_amqp_link_t *lk, const struct pb_amqp_url *url,
+                                 const struct pb_config *cfg, int heartbeat_s,
+                                 pb_status_t (*setup)(void *arg, pb_error_t *err), void *arg,
+                                 pb_error_t *err);
+
 /**
  * @brief After a failed exchange.declare or queue.declare (kind "exchange" or "queue") of name
  * on vhost by user: the error, PB_FATAL for what a retry cannot fix. declare: it was declared
