@@ -70,6 +70,14 @@ bool pb_utf8_valid(const void *s, size_t n)
 {
     const unsigned char *p = s;
     for (size_t i = 0; i < n;) {
+        /* ASCII, the common case, eight bytes at a time */
+        uint64_t w;
+        while (i + 8 <= n && (memcpy(&w, p + i, 8), (w & UINT64_C(0x8080808080808080)) == 0))
+            i += 8;
+        while (i < n && p[i] < 0x80)
+            i++;
+        if (i == n)
+            break;
         size_t len = utf8_sequence(p + i, n - i);
         if (len == 0)
             return false;
