@@ -3,11 +3,12 @@
  *
  * At connect the group is created on every stream that lacks it (XGROUP CREATE ... 0 MKSTREAM:
  * a new group starts at the beginning of the stream, which the relay's bound keeps finite).
- * Each receive then takes, in this order and up to the batch size:
+ * Each receive then takes, in this order and up to the batch size and consume.batch_bytes:
  *   1. the entries given back by requeue (what the consumer cannot hold now, consume.max_held),
  *      a second later: Redis has no negative acknowledgement, so a requeued entry stays pending
  *      on this consumer (XCLAIM ... JUSTID keeps its idle time fresh and its delivery count as
- *      it was) and is read again (XRANGE) and handed out from here;
+ *      it was) and is read again (XRANGE) and handed out from here; and the entries deferred by
+ *      an earlier read (below), read again at once, before any new entry;
  *   2. after a (re)connect, this consumer's own pending entries (XREADGROUP ... 0): delivered
  *      before the connection was lost and never acknowledged;
  *   3. entries pending on other consumers of the group (dead ones) for longer than
@@ -18,6 +19,13 @@
  *      consume.max_attempts deliveries without taking other entries with it;
  *   4. new entries (XREADGROUP ... >), waiting up to wait_ms for the first and up to
  *      batch_wait_ms more for the rest.
+ * Every reply holding entries is read with bounded memory (broker/redis/bounded.h): a payload
+ * above consume.max_message_size, or other fields together above that (at least 64 KiB), are
+ * read past, not kept, and the entry is handed out with body_dropped = its size (the inbox
+ * dead-letters it); entries a read delivers beyond the batch's size or consume.batch_bytes are
+ * deferred: pending on this consumer, their fields not kept, handed out by the next receive
+ * (touched like held entries meanwhile). With several streams, one XREADGROUP may deliver up
+ * to the batch size from each: the surplus is deferred the same way.
  * An entry is acknowledged (XACK) only when the consumer core says so, after the PostgreSQL
  * transaction with its inbox row committed, in any order. While the core holds an entry back
  * (a failed one retried after its backoff, and the later ones of its aggregate), receive resets
@@ -54,6 +62,7 @@
 #include <hiredis/hiredis.h>
 #include <jansson.h>
 
+#include "broker/redis/bounded.h"
 #include "broker/redis/conn.h"
 #include "broker/redis/stats.h"
 #include "common/clock.h"
@@ -69,6 +78,7 @@
 #define REQUEUE_DELAY_MS 1000 /* a requeued entry comes again after this (consume.max_held) */
 #define REQUEUE_MIN_IDLE "500" /* ms, below REQUEUE_DELAY_MS */
 #define DEAD_CONSUMER_IDLES 10 /* a consumer silent for this many claim_idle is gone */
+#define OTHER_FIELDS_MIN 65536 /* bytes of an entry's fields besides the payload kept at least */
 
 /* An entry id, ms-seq. */
 typedef struct entry_id {
@@ -84,11 +94,16 @@ typedef struct outstanding {
     bool open;          /* false once acknowledged or requeued */
 } outstanding_t;
 
+/* An entry pending on this consumer to be read again (XRANGE) and handed out: given back by
+ * requeue, or deferred (delivered by a read but beyond the batch's size or bytes). */
 typedef struct requeued {
     uint32_t stream;
     entry_id_t id;
     int deliveries; /* its count stays: a requeue is not a delivery that failed */
     int64_t due_ms; /* handed out again from then on */
+    bool ours;      /* deferred: surely still ours (touched like a held entry), no XCLAIM first */
+    bool redelivered;
+    int64_t touched_ms; /* ours: its idle time was last reset */
 } requeued_t;
 
 typedef struct stream_state {
@@ -122,6 +137,7 @@ typedef struct redis_source {
     size_t ntexts, captexts;
 
     int64_t sample_due_ms; /* next /metrics sample of the streams and the group */
+    int64_t budget_left;   /* bytes the batch being received may still take (consume.batch_bytes) */
 } redis_source_t;
 
 /* ---- small helpers -------------------------------------------------------------------------- */
@@ -262,6 +278,60 @@ static pb_status_t run(redis_source_t *s, const char *what, int argc, const char
     return st;
 }
 
+/* The limits of a read into a batch of n messages (at most max): the bytes of an entry as
+ * consume.max_message_size allows, the rest of the batch's consume.batch_bytes (the first entry
+ * of a batch is taken whatever its size). */
+static pb_redis_limits_t limits(const redis_source_t *s, size_t n, size_t max)
+{
+    uint64_t size = (uint64_t)s->base.cfg->consume_max_message_size;
+    bool full = n >= max || (n > 0 && s->budget_left <= 0);
+    return (pb_redis_limits_t){
+        .payload_max = size,
+        .other_max = size > OTHER_FIELDS_MIN ? size : OTHER_FIELDS_MIN,
+        .budget = s->budget_left > 0 ? (uint64_t)s->budget_left : 1,
+        .max_entries = full ? 0 : max - n,
+    };
+}
+
+static bool batch_full(const redis_source_t *s, size_t n, size_t max)
+{
+    return n >= max || (n > 0 && s->budget_left <= 0);
+}
+
+/* Reads the reply of an entry-reading command queued on the context with bounded memory
+ * (broker/redis/bounded.h) and charges its bytes to the batch; errors as run(). */
+static pb_status_t read_entries(redis_source_t *s, const char *what, pb_redis_shape_t shape,
+                                const pb_redis_limits_t *lim, redisReply **reply, pb_error_t *err)
+{
+    *reply = NULL;
+    redisReply *r = NULL;
+    uint64_t kept = 0;
+    if (pb_redis_get_reply_bounded(s->c, shape, lim, &r, &kept) != REDIS_OK)
+        return lost(s, what, err);
+    s->budget_left -= (int64_t)kept;
+    if (r->type == REDIS_REPLY_ERROR) {
+        pb_status_t st = pb_redis_error_transient(r->str) ? PB_TRANSIENT : PB_FATAL;
+        pb_fail(err, st, "redis at %s: %s: %s", s->srv.where, what, r->str);
+        freeReplyObject(r);
+        if (st == PB_TRANSIENT)
+            drop_connection(s);
+        return st;
+    }
+    *reply = r;
+    return PB_OK;
+}
+
+/* run() for a command that reads entries: its reply read by read_entries. */
+static pb_status_t run_entries(redis_source_t *s, const char *what, int argc, const char **argv,
+                               pb_redis_shape_t shape, const pb_redis_limits_t *lim,
+                               redisReply **reply, pb_error_t *err)
+{
+    *reply = NULL;
+    if (redisAppendCommandArgv(s->c, argc, argv, NULL) != REDIS_OK)
+        return lost(s, what, err);
+    return read_entries(s, what, shape, lim, reply, err);
+}
+
 /* ---- connect -------------------------------------------------------------------------------- */
 
 static pb_status_t create_groups(redis_source_t *s, pb_error_t *err)
@@ -310,16 +380,23 @@ static pb_status_t src_connect(pb_source_t *src, pb_error_t *err)
 
 /* ---- taking entries ------------------------------------------------------------------------- */
 
-/* The value of field `key` in an entry's field array, or NULL. */
-static const redisReply *field(const redisReply *fields, const char *key)
+/* The value of the first field `key` in an entry's field array, or NULL: a string, or an
+ * integer for a value not kept (its length, see bounded.h). */
+static const redisReply *field_any(const redisReply *fields, const char *key)
 {
     for (size_t k = 0; k + 1 < fields->elements; k += 2) {
         const redisReply *f = fields->element[k];
-        if (f->type == REDIS_REPLY_STRING && strcmp(f->str, key) == 0 &&
-            fields->element[k + 1]->type == REDIS_REPLY_STRING)
+        if (f->type == REDIS_REPLY_STRING && strcmp(f->str, key) == 0)
             return fields->element[k + 1];
     }
     return NULL;
+}
+
+/* The value of field `key` when it is a string that was kept, or NULL. */
+static const redisReply *field(const redisReply *fields, const char *key)
+{
+    const redisReply *v = field_any(fields, key);
+    return v && v->type == REDIS_REPLY_STRING ? v : NULL;
 }
 
 /* A field as text for SQL: NULL when absent, empty or not UTF-8. */
@@ -352,22 +429,67 @@ static const char *headers_of(redis_source_t *s, const redisReply *fields)
     return txt ? keep_text(s, txt) : "{}";
 }
 
-/* Fills *m from one entry ([id, [field, value, ...]]) of stream si and records it as
- * outstanding. False (nothing taken) for an entry without fields (deleted) or a bad id. */
-static bool take_entry(redis_source_t *s, uint32_t si, const redisReply *e, bool redelivered,
-                       pb_message_t *m)
+typedef enum taken { TAKEN, SKIPPED, DEFERRED } taken_t;
+
+/* Whether an entry's fields were read whole; *size gets their bytes when not (a name or value
+ * not kept arrives as its length, see bounded.h). */
+static bool entry_whole(const redisReply *fields, uint64_t *size)
+{
+    bool whole = true;
+    uint64_t bytes = 0;
+    for (size_t k = 0; k < fields->elements; k++) {
+        const redisReply *v = fields->element[k];
+        if (v->type == REDIS_REPLY_INTEGER) {
+            whole = false;
+            bytes += v->integer > 0 ? (uint64_t)v->integer : 0;
+        } else {
+            bytes += v->len;
+        }
+    }
+    *size = bytes;
+    return whole;
+}
+
+static void push_again(redis_source_t *s, requeued_t a)
+{
+    if (s->nagain == s->capagain) {
+        s->capagain = s->capagain ? s->capagain * 2 : 64;
+        s->again = pb_realloc(s->again, s->capagain * sizeof *s->again);
+    }
+    s->again[s->nagain++] = a;
+}
+
+/* An entry delivered to this consumer that a read did not keep for the batch (beyond its size
+ * or bytes): a later receive reads it again (take_requeued) before any new entry. */
+static void defer(redis_source_t *s, uint32_t si, entry_id_t id, int deliveries,
+                  bool redelivered)
+{
+    int64_t now = pb_monotonic_ms();
+    push_again(s, (requeued_t){si, id, deliveries, now, true, redelivered, now});
+}
+
+/* Fills *m from one entry ([id, [field, value, ...], mark], see bounded.h) of stream si and
+ * records it as outstanding (TAKEN). SKIPPED for an entry without fields (deleted) or a bad id,
+ * DEFERRED (id in *deferred) for one the read did not keep. */
+static taken_t take_entry(redis_source_t *s, uint32_t si, const redisReply *e, bool redelivered,
+                          pb_message_t *m, entry_id_t *deferred)
 {
     const pb_config_t *cfg = s->base.cfg;
     entry_id_t id;
     if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
         e->element[0]->type != REDIS_REPLY_STRING || !parse_id(e->element[0]->str, &id))
-        return false;
+        return SKIPPED;
+    if (e->elements >= 3 && e->element[2]->type == REDIS_REPLY_INTEGER &&
+        e->element[2]->integer == PB_REDIS_DEFERRED) {
+        *deferred = id;
+        return DEFERRED;
+    }
     const redisReply *fields = e->element[1];
     if (fields->type != REDIS_REPLY_ARRAY) {
         log_warn(FAC, "entry %s of stream \"%s\" was deleted (trimmed) before it was "
                       "acknowledged: it cannot be delivered again", e->element[0]->str,
                  s->streams[si].name);
-        return false;
+        return SKIPPED;
     }
     memset(m, 0, sizeof *m);
     m->tag = add_outstanding(s, si, id);
@@ -382,21 +504,51 @@ static bool take_entry(redis_source_t *s, uint32_t si, const redisReply *e, bool
     const redisReply *body = field(fields, "payload");
     m->body = body ? body->str : "";
     m->body_len = body ? body->len : 0;
+    uint64_t size = 0;
+    if (!entry_whole(fields, &size)) { /* the inbox dead-letters it by what was too large */
+        const redisReply *p = field_any(fields, "payload");
+        bool payload_cut = p && p->type == REDIS_REPLY_INTEGER &&
+                           p->integer > (long long)cfg->consume_max_message_size;
+        m->body = "";
+        m->body_len = 0;
+        m->body_dropped = payload_cut ? (uint64_t)p->integer : size;
+        log_debug(FAC, "entry %s of stream \"%s\" holds %llu bytes%s, above "
+                       "consume.max_message_size (%lld bytes): not read whole",
+                  e->element[0]->str, s->streams[si].name,
+                  (unsigned long long)m->body_dropped,
+                  payload_cut ? " in its payload" : " in its fields",
+                  (long long)cfg->consume_max_message_size);
+    }
     m->headers = headers_of(s, fields);
     m->routing_key = m->exchange = s->streams[si].name;
     m->redelivered = redelivered;
     m->deliveries = redelivered ? 0 : 1; /* a redelivery's count: fill_deliveries */
     m->timestamp = (int64_t)(id.ms / 1000);
-    return true;
+    return TAKEN;
 }
 
-/* Takes the entries of one stream's entry array into msgs (up to max in all). */
+/* Takes the entries of one stream's entry array into msgs (up to max in all); the ones the read
+ * deferred are handed out by a later receive. */
 static void take_entries(redis_source_t *s, uint32_t si, const redisReply *entries,
                          bool redelivered, pb_message_t *msgs, size_t max, size_t *n)
 {
-    for (size_t k = 0; k < entries->elements && *n < max; k++)
-        if (take_entry(s, si, entries->element[k], redelivered, &msgs[*n]))
+    for (size_t k = 0; k < entries->elements; k++) {
+        const redisReply *e = entries->element[k];
+        entry_id_t id;
+        taken_t t;
+        if (*n < max) {
+            t = take_entry(s, si, e, redelivered, &msgs[*n], &id);
+        } else { /* the read's limits defer these already */
+            bool has_id = e->type == REDIS_REPLY_ARRAY && e->elements >= 1 &&
+                          e->element[0]->type == REDIS_REPLY_STRING &&
+                          parse_id(e->element[0]->str, &id);
+            t = has_id ? DEFERRED : SKIPPED;
+        }
+        if (t == TAKEN)
             (*n)++;
+        else if (t == DEFERRED)
+            defer(s, si, id, redelivered ? 0 : 1, redelivered);
+    }
 }
 
 /* The stream index of a stream name in a reply. */
@@ -501,9 +653,10 @@ static void id_command_free(id_command_t *cmd)
     free(cmd->idbuf);
 }
 
-/* 1. requeued entries whose delay is over, up to max: XCLAIM ... JUSTID keeps them on this
- * consumer with a fresh idle time and the same delivery count (a requeue is no failed delivery),
- * XRANGE reads them again. One pair of commands per entry, pipelined. */
+/* 1. entries to read again whose time has come, up to max: requeued ones (XCLAIM ... JUSTID
+ * keeps them on this consumer with a fresh idle time and the same delivery count, a requeue
+ * being no failed delivery) and deferred ones (ours: no XCLAIM), each read again with XRANGE.
+ * The commands of all of them pipelined; one the batch has no room for stays deferred. */
 static pb_status_t take_requeued(redis_source_t *s, pb_message_t *msgs, size_t max, size_t *n,
                                  pb_error_t *err)
 {
@@ -526,36 +679,53 @@ static pb_status_t take_requeued(redis_source_t *s, pb_message_t *msgs, size_t m
         const char *claim[] = {"XCLAIM", name,  s->group, s->consumer, REQUEUE_MIN_IDLE,
                                id,       "JUSTID"};
         const char *range[] = {"XRANGE", name, id, id};
-        if (redisAppendCommandArgv(s->c, 7, claim, NULL) != REDIS_OK ||
+        if ((!due[k].ours && redisAppendCommandArgv(s->c, 7, claim, NULL) != REDIS_OK) ||
             redisAppendCommandArgv(s->c, 4, range, NULL) != REDIS_OK) {
             free(due);
             return lost(s, "XCLAIM", err);
         }
     }
     size_t gone = 0;
-    for (size_t k = 0; k < ndue && st == PB_OK; k++) {
-        redisReply *claimed = NULL, *entry = NULL;
-        if (redisGetReply(s->c, (void **)&claimed) != REDIS_OK || !claimed ||
-            redisGetReply(s->c, (void **)&entry) != REDIS_OK || !entry) {
-            if (claimed)
-                freeReplyObject(claimed);
+    for (size_t k = 0; k < ndue; k++) {
+        bool ours = due[k].ours;
+        if (!ours) {
+            redisReply *claimed = NULL;
+            if (redisGetReply(s->c, (void **)&claimed) != REDIS_OK || !claimed) {
+                free(due);
+                return lost(s, "XCLAIM", err);
+            }
+            if (claimed->type == REDIS_REPLY_ERROR && st == PB_OK)
+                st = pb_fail(err, pb_redis_error_transient(claimed->str) ? PB_TRANSIENT : PB_FATAL,
+                             "redis at %s: claiming a requeued entry: %s", s->srv.where,
+                             claimed->str);
+            ours = claimed->type == REDIS_REPLY_ARRAY && claimed->elements == 1;
+            freeReplyObject(claimed);
+        }
+        /* not ours: read past its fields */
+        pb_redis_limits_t lim = limits(s, *n, ours && st == PB_OK ? max : *n);
+        redisReply *entry = NULL;
+        uint64_t bytes = 0;
+        if (pb_redis_get_reply_bounded(s->c, PB_REDIS_SHAPE_ENTRIES, &lim, &entry, &bytes) !=
+            REDIS_OK) {
             free(due);
-            return lost(s, "XCLAIM", err);
+            return lost(s, "XRANGE", err);
         }
-        if (claimed->type == REDIS_REPLY_ERROR || entry->type == REDIS_REPLY_ERROR) {
-            const char *e = claimed->type == REDIS_REPLY_ERROR ? claimed->str : entry->str;
-            st = pb_fail(err, pb_redis_error_transient(e) ? PB_TRANSIENT : PB_FATAL,
-                         "redis at %s: claiming a requeued entry: %s", s->srv.where, e);
-        }
-        bool ours = claimed->type == REDIS_REPLY_ARRAY && claimed->elements == 1;
-        freeReplyObject(claimed);
+        s->budget_left -= (int64_t)bytes;
         keep_reply(s, entry);
-        size_t before = *n;
-        if (st == PB_OK && ours && entry->type == REDIS_REPLY_ARRAY)
-            take_entries(s, due[k].stream, entry, true, msgs, max, n);
-        if (*n > before) {
-            msgs[before].deliveries = due[k].deliveries;
-            find(s, msgs[before].tag)->deliveries = due[k].deliveries;
+        if (entry->type == REDIS_REPLY_ERROR && st == PB_OK)
+            st = pb_fail(err, pb_redis_error_transient(entry->str) ? PB_TRANSIENT : PB_FATAL,
+                         "redis at %s: reading a requeued entry again: %s", s->srv.where,
+                         entry->str);
+        taken_t t = SKIPPED;
+        entry_id_t id;
+        if (st == PB_OK && ours && entry->type == REDIS_REPLY_ARRAY && entry->elements >= 1)
+            t = take_entry(s, due[k].stream, entry->element[0], due[k].redelivered, &msgs[*n], &id);
+        if (t == TAKEN) {
+            msgs[*n].deliveries = due[k].deliveries;
+            find(s, msgs[*n].tag)->deliveries = due[k].deliveries;
+            (*n)++;
+        } else if (t == DEFERRED) { /* claimed just now: ours until read */
+            defer(s, due[k].stream, due[k].id, due[k].deliveries, due[k].redelivered);
         } else if (st == PB_OK) {
             gone++;
         }
@@ -581,8 +751,10 @@ static pb_status_t take_history(redis_source_t *s, pb_message_t *msgs, size_t ma
             format_id(st_->history_from, from, sizeof from);
             const char *argv[] = {"XREADGROUP", "GROUP", s->group, s->consumer, "COUNT", count,
                                   "STREAMS", st_->name, from};
+            pb_redis_limits_t lim = limits(s, *n, max);
             redisReply *r = NULL;
-            pb_status_t st = run(s, "XREADGROUP (pending)", 9, argv, &r, err);
+            pb_status_t st = run_entries(s, "XREADGROUP (pending)", 9, argv,
+                                         PB_REDIS_SHAPE_STREAMS, &lim, &r, err);
             if (st != PB_OK)
                 return st;
             keep_reply(s, r);
@@ -673,13 +845,15 @@ static pb_status_t claim_one(redis_source_t *s, uint32_t si, const char *id, con
     char idle[24];
     snprintf(idle, sizeof idle, "%lld", (long long)s->base.cfg->redis_claim_idle);
     const char *argv[] = {"XCLAIM", s->streams[si].name, s->group, s->consumer, idle, id};
+    pb_redis_limits_t lim = limits(s, 0, 1);
     redisReply *r = NULL;
-    pb_status_t st = run(s, "XCLAIM", 6, argv, &r, err);
+    pb_status_t st = run_entries(s, "XCLAIM", 6, argv, PB_REDIS_SHAPE_ENTRIES, &lim, &r, err);
     if (st != PB_OK)
         return st;
     keep_reply(s, r);
+    entry_id_t unused;
     *taken = r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
-             take_entry(s, si, r->element[0], true, m);
+             take_entry(s, si, r->element[0], true, m, &unused) == TAKEN;
     if (*taken)
         return PB_OK;
     log_warn(FAC, "entry %s of stream \"%s\", idle on consumer \"%s\", could not be claimed: "
@@ -786,8 +960,10 @@ static pb_status_t take_new(redis_source_t *s, int64_t block_ms, pb_message_t *m
     /* the socket must wait longer than the server blocks */
     if (block_ms >= 0)
         redisSetTimeout(s->c, pb_ms_timeval(block_ms + cfg->redis_timeout));
+    pb_redis_limits_t lim = limits(s, *n, max);
     redisReply *r = NULL;
-    pb_status_t st = run(s, "XREADGROUP", argc, argv, &r, err);
+    pb_status_t st =
+        run_entries(s, "XREADGROUP", argc, argv, PB_REDIS_SHAPE_STREAMS, &lim, &r, err);
     free(argv);
     if (st != PB_OK)
         return st;
@@ -798,8 +974,9 @@ static pb_status_t take_new(redis_source_t *s, int64_t block_ms, pb_message_t *m
     return PB_OK;
 }
 
-/* Resets the idle time of entries the consumer core holds back, before another consumer would
- * claim them (after redis.claim_idle): XCLAIM ... JUSTID (the delivery count stays). */
+/* Resets the idle time of entries the consumer core holds back, and of deferred ones, before
+ * another consumer would claim them (after redis.claim_idle): XCLAIM ... JUSTID (the delivery
+ * count stays). */
 static pb_status_t touch_held(redis_source_t *s, pb_error_t *err)
 {
     int64_t now = pb_monotonic_ms(), every = s->base.cfg->redis_claim_idle / 3;
@@ -807,6 +984,9 @@ static pb_status_t touch_held(redis_source_t *s, pb_error_t *err)
         size_t due = 0;
         for (size_t i = 0; i < s->nout; i++)
             due += s->out[i].open && s->out[i].stream == si && now - s->out[i].touched_ms >= every;
+        for (size_t i = 0; i < s->nagain; i++)
+            due += s->again[i].ours && s->again[i].stream == si &&
+                   now - s->again[i].touched_ms >= every;
         if (!due)
             continue;
         id_command_t cmd;
@@ -821,6 +1001,14 @@ static pb_status_t touch_held(redis_source_t *s, pb_error_t *err)
                 format_id(o->id, cmd.idbuf[k], sizeof cmd.idbuf[k]);
                 cmd.argv[cmd.argc++] = cmd.idbuf[k++];
                 o->touched_ms = now;
+            }
+        }
+        for (size_t i = 0; i < s->nagain; i++) {
+            requeued_t *a = &s->again[i];
+            if (a->ours && a->stream == si && now - a->touched_ms >= every) {
+                format_id(a->id, cmd.idbuf[k], sizeof cmd.idbuf[k]);
+                cmd.argv[cmd.argc++] = cmd.idbuf[k++];
+                a->touched_ms = now;
             }
         }
         cmd.argv[cmd.argc++] = "JUSTID";
@@ -870,6 +1058,7 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
     compact(s);
     if (!s->c)
         return pb_fail(err, PB_TRANSIENT, "not connected to redis at %s", s->srv.where);
+    s->budget_left = s->base.cfg->consume_batch_bytes;
     pb_status_t st;
     if ((st = sample(s, err)) != PB_OK || (st = touch_held(s, err)) != PB_OK ||
         (st = take_requeued(s, msgs, max, n, err)) != PB_OK)
@@ -884,11 +1073,16 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
         if (*n > 0)
             return PB_OK;
     }
-    if (*n < max && (st = take_new(s, *n || wait_ms <= 0 ? -1 : wait_ms, msgs, max, n, err)) != PB_OK)
+    /* new entries only once the deferred ones before them are handed out */
+    for (size_t i = 0; i < s->nagain; i++)
+        if (s->again[i].ours)
+            return PB_OK;
+    if (!batch_full(s, *n, max) &&
+        (st = take_new(s, *n || wait_ms <= 0 ? -1 : wait_ms, msgs, max, n, err)) != PB_OK)
         return st;
     /* the rest of the batch: whatever comes within batch_wait_ms of the first */
     int64_t until = pb_monotonic_ms() + batch_wait_ms;
-    while (*n > 0 && *n < max && batch_wait_ms > 0) {
+    while (*n > 0 && !batch_full(s, *n, max) && batch_wait_ms > 0) {
         int64_t left = until - pb_monotonic_ms();
         if (left <= 0)
             break;
@@ -973,12 +1167,8 @@ static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
     outstanding_t *o = find(s, tag);
     if (!o)
         return stale(s, tag, "requeue", err);
-    if (s->nagain == s->capagain) {
-        s->capagain = s->capagain ? s->capagain * 2 : 64;
-        s->again = pb_realloc(s->again, s->capagain * sizeof *s->again);
-    }
-    s->again[s->nagain++] =
-        (requeued_t){o->stream, o->id, o->deliveries, pb_monotonic_ms() + REQUEUE_DELAY_MS};
+    push_again(s, (requeued_t){o->stream, o->id, o->deliveries,
+                               pb_monotonic_ms() + REQUEUE_DELAY_MS, false, true, 0});
     o->open = false;
     compact(s);
     return PB_OK;
