@@ -91,7 +91,7 @@ typedef struct kafka_source {
     int64_t moved_at;     /* last (re)connect, assignment, message handed out or shrinking lag */
     int64_t last_pending; /* the group's lag at the last ask; -1 before */
     int64_t said_at;
-    char gave_up[768];    /* why the drain gave up; connect refuses from then on */
+    char gave_up[1280];    /* why the drain gave up; connect refuses from then on */
 } kafka_source_t;
 
 /* kafka_offsets' release callback: the message goes at the next receive. */
@@ -680,13 +680,13 @@ static pb_status_t source_pending(pb_source_t *src, int64_t *pending, pb_error_t
         snprintf(s->gave_up, sizeof s->gave_up,
                  "--drain gave up: group \"%s\" assigned no partition to this consumer within "
                  "%lld s (2 x session.timeout.ms + %d s) and the group has %s message(s) past "
-                 "its committed offsets (%s); a member that died holds its partitions until its "
-                 "session times out", s->group, (long long)(bound / 1000), DRAIN_SLACK_MS / 1000,
+                 "its committed offsets (%.300s); a member that died holds its partitions until "
+                 "its session times out", s->group, (long long)(bound / 1000), DRAIN_SLACK_MS / 1000,
                  count, what);
     else
         snprintf(s->gave_up, sizeof s->gave_up,
                  "--drain gave up: nothing moved for %lld s (2 x session.timeout.ms + %d s) and "
-                 "group \"%s\" still has %s message(s) past its committed offsets (%s)",
+                 "group \"%s\" still has %s message(s) past its committed offsets (%.300s)",
                  (long long)(bound / 1000), DRAIN_SLACK_MS / 1000, s->group, count, what);
     return pb_fail(err, PB_FATAL, "%s", s->gave_up);
 }

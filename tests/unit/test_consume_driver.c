@@ -22,7 +22,7 @@
 /* ---- the fake broker and source ---------------------------------------------------------- */
 
 typedef struct fake_msg {
-    char id[24], agg[8], body[48];
+    char id[24], agg[16], body[48];
     int agg_no, k;        /* aggregate number and its k-th message */
     bool acked;
     uint64_t delivered_as; /* tag while delivered and not acked/requeued, 0 when in the queue */
