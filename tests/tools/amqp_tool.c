@@ -57,27 +57,9 @@
 #define CHANNEL 1
 #define FRAME_MAX 131072
 
-static const char *progname = "amqp-tool";
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "%s: ", progname);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fflush(stdout);
-    exit(1);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#define TOOL_NAME "amqp-tool"
+#define TOOL_DIE_STATUS 1
+#include "tool.h"
 
 static struct timeval tv_from_ms(long ms)
 {
@@ -87,16 +69,6 @@ static struct timeval tv_from_ms(long ms)
     tv.tv_sec = ms / 1000;
     tv.tv_usec = (ms % 1000) * 1000;
     return tv;
-}
-
-static long parse_long(const char *s, const char *what, long min, long max)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max)
-        die("%s must be an integer in %ld..%ld, got '%s'", what, min, max, s);
-    return v;
 }
 
 /* Describes a reply that is not AMQP_RESPONSE_NORMAL and exits. */
@@ -393,7 +365,7 @@ static int cmd_drain(int argc, char **argv)
         check_reply(r, "consuming");
     }
     fflush(stdout);
-    fprintf(stderr, "%s: drained %ld message(s) from %s in %.2f s\n", progname, received, queue,
+    fprintf(stderr, "%s: drained %ld message(s) from %s in %.2f s\n", TOOL_NAME, received, queue,
             now_s() - start);
     close_conn(conn);
     return 0;

@@ -40,36 +40,9 @@
 
 #include <librdkafka/rdkafka.h>
 
-static const char *progname = "kafka-tool";
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", progname);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(2);
-}
-
-static long parse_long(const char *s, const char *what, long min, long max)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max)
-        die("%s: \"%s\" is not a number in %ld..%ld", what, s, min, max);
-    return v;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#define TOOL_NAME "kafka-tool"
+#define TOOL_DIE_STATUS 2
+#include "tool.h"
 
 static void conf_set(rd_kafka_conf_t *conf, const char *k, const char *v)
 {
@@ -193,7 +166,7 @@ static int cmd_drain(int argc, char **argv)
         }
         if (m->err) {
             if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-                fprintf(stderr, "%s: %s\n", progname, rd_kafka_message_errstr(m));
+                fprintf(stderr, "%s: %s\n", TOOL_NAME, rd_kafka_message_errstr(m));
             rd_kafka_message_destroy(m);
             continue;
         }
@@ -217,7 +190,7 @@ static int cmd_drain(int argc, char **argv)
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
     if (got < expect) {
-        fprintf(stderr, "%s: only %ld of %ld messages within %ld s\n", progname, got, expect,
+        fprintf(stderr, "%s: only %ld of %ld messages within %ld s\n", TOOL_NAME, got, expect,
                 timeout_s);
         return 1;
     }
@@ -260,7 +233,7 @@ static int cmd_headers(int argc, char **argv)
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
     if (rc)
-        fprintf(stderr, "%s: no message in %s within 30 s\n", progname, argv[1]);
+        fprintf(stderr, "%s: no message in %s within 30 s\n", TOOL_NAME, argv[1]);
     return rc;
 }
 
@@ -318,7 +291,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     (void)opaque;
     if (m->err) {
         if (!failed++)
-            fprintf(stderr, "%s: delivery failed: %s\n", progname, rd_kafka_err2str(m->err));
+            fprintf(stderr, "%s: delivery failed: %s\n", TOOL_NAME, rd_kafka_err2str(m->err));
     } else {
         delivered++;
     }
@@ -501,7 +474,7 @@ static int cmd_consume_raw(int argc, char **argv)
         }
         if (m->err) {
             if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-                fprintf(stderr, "%s: %s\n", progname, rd_kafka_message_errstr(m));
+                fprintf(stderr, "%s: %s\n", TOOL_NAME, rd_kafka_message_errstr(m));
             rd_kafka_message_destroy(m);
             continue;
         }
@@ -529,7 +502,7 @@ static int cmd_consume_raw(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s drain|headers|count|lag|produce ...\n", progname);
+        fprintf(stderr, "usage: %s drain|headers|count|lag|produce ...\n", TOOL_NAME);
         return 2;
     }
     const char *cmd = argv[1];

@@ -55,36 +55,9 @@
 
 #include <nats/nats.h>
 
-static const char *progname = "nats-tool";
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "%s: ", progname);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fflush(stdout);
-    exit(1);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static long parse_long(const char *s, const char *what, long min, long max)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < min || v > max)
-        die("%s must be an integer in %ld..%ld: '%s'", what, min, max, s);
-    return v;
-}
+#define TOOL_NAME "nats-tool"
+#define TOOL_DIE_STATUS 1
+#include "tool.h"
 
 static void check(natsStatus s, const char *what)
 {
@@ -285,7 +258,7 @@ static int cmd_drain(int argc, char **argv)
     close_all();
     fflush(stdout);
     if (got < expect) {
-        fprintf(stderr, "%s: only %ld of %ld messages within %ld s\n", progname, got, expect,
+        fprintf(stderr, "%s: only %ld of %ld messages within %ld s\n", TOOL_NAME, got, expect,
                 timeout_s);
         return 1;
     }
@@ -558,7 +531,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: %s count|stream-info|delete-stream|delete-consumer|consumer-info|drain|publish|"
                     "publish-raw|fill|consume-raw ARGS... (see tests/tools/nats_tool.c)\n",
-            progname);
+            TOOL_NAME);
     exit(2);
 }
 

@@ -29,36 +29,9 @@
 
 #define FILL_WINDOW 1000
 
-static const char *progname = "redis-tool";
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", progname);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static long parse_long(const char *s, const char *what, long min, long max)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max)
-        die("%s: \"%s\" is not a number in %ld..%ld", what, s, min, max);
-    return v;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#define TOOL_NAME "redis-tool"
+#define TOOL_DIE_STATUS 1
+#include "tool.h"
 
 static redisReply *must(redisContext *c, redisReply *r, const char *what)
 {
@@ -317,7 +290,7 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: %s fill|consume-raw ... (see tests/tools/redis_tool.c)\n",
-                progname);
+                TOOL_NAME);
         return 2;
     }
     const char *cmd = argv[1];
@@ -325,6 +298,6 @@ int main(int argc, char **argv)
         return cmd_fill(argc - 2, argv + 2);
     if (!strcmp(cmd, "consume-raw"))
         return cmd_consume_raw(argc - 2, argv + 2);
-    fprintf(stderr, "%s: unknown command %s (fill, consume-raw)\n", progname, cmd);
+    fprintf(stderr, "%s: unknown command %s (fill, consume-raw)\n", TOOL_NAME, cmd);
     return 2;
 }
