@@ -51,6 +51,7 @@
  *
  * @thread loop: the consumer's thread only. */
 #include "source/source.h"
+#include "source/tags.h"
 
 #include <inttypes.h>
 #include <stdint.h>
@@ -91,7 +92,6 @@ typedef struct outstanding {
     entry_id_t id;
     int64_t touched_ms; /* its idle time was last reset (delivered, claimed) */
     int deliveries;     /* as handed out (pb_message_t.deliveries) */
-    bool open;          /* false once acknowledged or requeued */
 } outstanding_t;
 
 /* An entry pending on this consumer to be read again (XRANGE) and handed out: given back by
@@ -122,10 +122,7 @@ typedef struct redis_source {
     stream_state_t *streams;
     size_t nstreams;
 
-    /* outstanding entries: out[i] has tag first_tag + i */
-    outstanding_t *out;
-    size_t nout, capout;
-    uint64_t first_tag, next_tag;
+    pb_tags_t out; /* entries handed out, not acknowledged or requeued (item: outstanding_t) */
 
     requeued_t *again; /* given back by requeue, to be claimed and handed out again */
     size_t nagain, capagain;
@@ -190,19 +187,24 @@ static void format_id(entry_id_t id, char *buf, size_t n)
 
 static outstanding_t *find(redis_source_t *s, uint64_t tag)
 {
-    if (tag < s->first_tag || tag - s->first_tag >= s->nout)
-        return NULL;
-    outstanding_t *o = &s->out[tag - s->first_tag];
-    return o->open ? o : NULL;
+    pb_tag_entry_t *e = pb_tags_find(&s->out, tag);
+    return e ? e->item : NULL;
+}
+
+/* Acknowledged or requeued: forgets e. */
+static void close_entry(redis_source_t *s, pb_tag_entry_t *e)
+{
+    free(e->item);
+    pb_tags_settle(&s->out, e);
 }
 
 /* Whether the entry is handed out already or requeued (XPENDING ... IDLE may list one of our
  * own). */
 static bool is_outstanding(const redis_source_t *s, uint32_t stream, entry_id_t id)
 {
-    for (size_t i = 0; i < s->nout; i++) {
-        const outstanding_t *o = &s->out[i];
-        if (o->open && o->stream == stream && o->id.ms == id.ms && o->id.seq == id.seq)
+    for (pb_tag_entry_t *e = pb_tags_first(&s->out); e; e = pb_tags_next(&s->out, e)) {
+        const outstanding_t *o = e->item;
+        if (o->stream == stream && o->id.ms == id.ms && o->id.seq == id.seq)
             return true;
     }
     for (size_t i = 0; i < s->nagain; i++)
@@ -212,37 +214,27 @@ static bool is_outstanding(const redis_source_t *s, uint32_t stream, entry_id_t 
     return false;
 }
 
-/* Drops the closed entries at the front of the table. */
-static void compact(redis_source_t *s)
-{
-    size_t k = 0;
-    while (k < s->nout && !s->out[k].open)
-        k++;
-    if (k == 0)
-        return;
-    memmove(s->out, s->out + k, (s->nout - k) * sizeof *s->out);
-    s->nout -= k;
-    s->first_tag += k;
-}
-
 static uint64_t add_outstanding(redis_source_t *s, uint32_t stream, entry_id_t id)
 {
-    if (s->nout == s->capout) {
-        s->capout = s->capout ? s->capout * 2 : 1024;
-        s->out = pb_realloc(s->out, s->capout * sizeof *s->out);
-    }
-    if (s->nout == 0)
-        s->first_tag = s->next_tag;
-    s->out[s->nout++] = (outstanding_t){stream, id, pb_monotonic_ms(), 1, true};
-    return s->next_tag++;
+    outstanding_t *o = pb_malloc(sizeof *o);
+    int64_t now = pb_monotonic_ms();
+    *o = (outstanding_t){stream, id, now, 1};
+    return pb_tags_add(&s->out, o, 0, now);
+}
+
+/* Forgets the outstanding entries (the table's tags go on rising). */
+static void forget_outstanding(redis_source_t *s)
+{
+    for (pb_tag_entry_t *e = pb_tags_first(&s->out); e; e = pb_tags_next(&s->out, e))
+        free(e->item);
+    pb_tags_clear(&s->out);
 }
 
 /* Forgets every outstanding and requeued entry: on a new connection this consumer's pending
  * entries are read again from the group (history). */
 static void forget_all(redis_source_t *s)
 {
-    s->nout = 0;
-    s->first_tag = s->next_tag;
+    forget_outstanding(s);
     s->nagain = 0;
     for (size_t i = 0; i < s->nstreams; i++) {
         s->streams[i].history = true;
@@ -607,7 +599,7 @@ static pb_status_t fill_deliveries(redis_source_t *s, uint32_t si, pb_message_t 
     char a[48], b[48], count[24];
     format_id(lo, a, sizeof a);
     format_id(hi, b, sizeof b);
-    snprintf(count, sizeof count, "%zu", s->nout + 1); /* ours in the range: outstanding ones */
+    snprintf(count, sizeof count, "%zu", s->out.live + 1); /* ours in the range: outstanding ones */
     const char *argv[] = {"XPENDING", s->streams[si].name, s->group, a, b, count, s->consumer};
     redisReply *r = NULL;
     pb_status_t st = run(s, "XPENDING", 7, argv, &r, err);
@@ -758,7 +750,7 @@ static pb_status_t take_history(redis_source_t *s, pb_message_t *msgs, size_t ma
             if (st != PB_OK)
                 return st;
             keep_reply(s, r);
-            size_t before = s->nout, first = *n;
+            size_t before = s->out.live, first = *n;
             size_t seen = take_read(s, r, true, msgs, max, n);
             if ((st = fill_deliveries(s, (uint32_t)si, msgs, first, *n, err)) != PB_OK)
                 return st;
@@ -776,9 +768,9 @@ static pb_status_t take_history(redis_source_t *s, pb_message_t *msgs, size_t ma
                 break;
             }
             st_->history_from = id; /* XREADGROUP returns the entries after it */
-            if (s->nout > before)
+            if (s->out.live > before)
                 log_info(FAC, "%zu entries of stream \"%s\" were pending on this consumer: "
-                              "handed out again", s->nout - before, st_->name);
+                              "handed out again", s->out.live - before, st_->name);
         }
     }
     return PB_OK;
@@ -982,8 +974,10 @@ static pb_status_t touch_held(redis_source_t *s, pb_error_t *err)
     int64_t now = pb_monotonic_ms(), every = s->base.cfg->redis_claim_idle / 3;
     for (size_t si = 0; si < s->nstreams; si++) {
         size_t due = 0;
-        for (size_t i = 0; i < s->nout; i++)
-            due += s->out[i].open && s->out[i].stream == si && now - s->out[i].touched_ms >= every;
+        for (pb_tag_entry_t *e = pb_tags_first(&s->out); e; e = pb_tags_next(&s->out, e)) {
+            const outstanding_t *o = e->item;
+            due += o->stream == si && now - o->touched_ms >= every;
+        }
         for (size_t i = 0; i < s->nagain; i++)
             due += s->again[i].ours && s->again[i].stream == si &&
                    now - s->again[i].touched_ms >= every;
@@ -995,9 +989,9 @@ static pb_status_t touch_held(redis_source_t *s, pb_error_t *err)
         for (int k = 0; k < 5; k++)
             cmd.argv[cmd.argc++] = head[k];
         size_t k = 0;
-        for (size_t i = 0; i < s->nout; i++) {
-            outstanding_t *o = &s->out[i];
-            if (o->open && o->stream == si && now - o->touched_ms >= every) {
+        for (pb_tag_entry_t *e = pb_tags_first(&s->out); e; e = pb_tags_next(&s->out, e)) {
+            outstanding_t *o = e->item;
+            if (o->stream == si && now - o->touched_ms >= every) {
                 format_id(o->id, cmd.idbuf[k], sizeof cmd.idbuf[k]);
                 cmd.argv[cmd.argc++] = cmd.idbuf[k++];
                 o->touched_ms = now;
@@ -1055,7 +1049,6 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
     redis_source_t *s = (redis_source_t *)src;
     *n = 0;
     release_batch(s);
-    compact(s);
     if (!s->c)
         return pb_fail(err, PB_TRANSIENT, "not connected to redis at %s", s->srv.where);
     s->budget_left = s->base.cfg->consume_batch_bytes;
@@ -1104,27 +1097,30 @@ static pb_status_t stale(redis_source_t *s, uint64_t tag, const char *what, pb_e
                    (unsigned long long)tag, s->srv.where);
 }
 
-/* XACK of the open entries with tags in [from, to], per stream, pipelined. */
+/* XACK of the outstanding entries with tags in [from, to], per stream, pipelined. */
 static pb_status_t xack_range(redis_source_t *s, uint64_t from, uint64_t to, pb_error_t *err)
 {
-    size_t lo = (size_t)(from - s->first_tag), hi = (size_t)(to - s->first_tag);
     size_t commands = 0;
     for (size_t si = 0; si < s->nstreams; si++) {
-        size_t i = lo;
-        while (i <= hi) {
+        pb_tag_entry_t *e = pb_tags_first(&s->out);
+        while (e && e->tag < from)
+            e = pb_tags_next(&s->out, e);
+        while (e && e->tag <= to) {
             id_command_t cmd;
             id_command_init(&cmd, IDS_PER_COMMAND);
             const char *head[] = {"XACK", s->streams[si].name, s->group};
             for (int k = 0; k < 3; k++)
                 cmd.argv[cmd.argc++] = head[k];
             size_t k = 0;
-            for (; i <= hi && k < IDS_PER_COMMAND; i++) {
-                outstanding_t *o = &s->out[i];
-                if (!o->open || o->stream != si)
-                    continue;
-                format_id(o->id, cmd.idbuf[k], sizeof cmd.idbuf[k]);
-                cmd.argv[cmd.argc++] = cmd.idbuf[k++];
-                o->open = false;
+            while (e && e->tag <= to && k < IDS_PER_COMMAND) {
+                pb_tag_entry_t *next = pb_tags_next(&s->out, e);
+                const outstanding_t *o = e->item;
+                if (o->stream == si) {
+                    format_id(o->id, cmd.idbuf[k], sizeof cmd.idbuf[k]);
+                    cmd.argv[cmd.argc++] = cmd.idbuf[k++];
+                    close_entry(s, e);
+                }
+                e = next;
             }
             int rc = k ? redisAppendCommandArgv(s->c, cmd.argc, cmd.argv, NULL) : REDIS_OK;
             id_command_free(&cmd);
@@ -1145,7 +1141,6 @@ static pb_status_t xack_range(redis_source_t *s, uint64_t from, uint64_t to, pb_
     }
     if (worst == PB_TRANSIENT)
         drop_connection(s);
-    compact(s);
     return worst;
 }
 
@@ -1156,7 +1151,7 @@ static pb_status_t src_ack(pb_source_t *src, uint64_t tag, bool multiple, pb_err
         return pb_fail(err, PB_TRANSIENT, "not connected to redis at %s", s->srv.where);
     if (!find(s, tag))
         return stale(s, tag, "acknowledge", err);
-    return xack_range(s, multiple ? s->first_tag : tag, tag, err);
+    return xack_range(s, multiple ? 0 : tag, tag, err);
 }
 
 static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
@@ -1164,13 +1159,13 @@ static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
     redis_source_t *s = (redis_source_t *)src;
     if (!s->c)
         return pb_fail(err, PB_TRANSIENT, "not connected to redis at %s", s->srv.where);
-    outstanding_t *o = find(s, tag);
-    if (!o)
+    pb_tag_entry_t *e = pb_tags_find(&s->out, tag);
+    if (!e)
         return stale(s, tag, "requeue", err);
+    const outstanding_t *o = e->item;
     push_again(s, (requeued_t){o->stream, o->id, o->deliveries,
                                pb_monotonic_ms() + REQUEUE_DELAY_MS, false, true, 0});
-    o->open = false;
-    compact(s);
+    close_entry(s, e);
     return PB_OK;
 }
 
@@ -1211,7 +1206,8 @@ static void src_free(pb_source_t *src)
     for (size_t i = 0; i < s->nstreams; i++)
         free(s->streams[i].name);
     free(s->streams);
-    free(s->out);
+    forget_outstanding(s);
+    pb_tags_free(&s->out);
     free(s->again);
     free(s->replies);
     free(s->texts);
@@ -1271,7 +1267,6 @@ pb_status_t pb_source_redis_new(const pb_config_t *cfg, pb_source_t **out, pb_er
     memset(s, 0, sizeof *s);
     s->base.ops = &redis_source_ops;
     s->base.cfg = cfg;
-    s->next_tag = s->first_tag = 1;
     snprintf(s->srv.where, sizeof s->srv.where, "(not connected)");
     if ((st = parse_streams(s, cfg->redis_streams, err)) != PB_OK) {
         src_free(&s->base);

@@ -79,7 +79,7 @@ void pb_tags_settle(pb_tags_t *t, pb_tag_entry_t *e)
         t->head = t->len = 0;
 }
 
-pb_tag_entry_t *pb_tags_first(pb_tags_t *t)
+pb_tag_entry_t *pb_tags_first(const pb_tags_t *t)
 {
     for (size_t i = t->head; i < t->len; i++)
         if (t->ent[i].item)
@@ -87,7 +87,7 @@ pb_tag_entry_t *pb_tags_first(pb_tags_t *t)
     return NULL;
 }
 
-pb_tag_entry_t *pb_tags_next(pb_tags_t *t, pb_tag_entry_t *e)
+pb_tag_entry_t *pb_tags_next(const pb_tags_t *t, const pb_tag_entry_t *e)
 {
     for (size_t i = (size_t)(e - t->ent) + 1; i < t->len; i++)
         if (t->ent[i].item)

@@ -46,8 +46,8 @@ pb_tag_entry_t *pb_tags_find(pb_tags_t *t, uint64_t tag);
 void pb_tags_settle(pb_tags_t *t, pb_tag_entry_t *e);
 
 /* The first live entry (lowest tag), or NULL; and the next live one after e. */
-pb_tag_entry_t *pb_tags_first(pb_tags_t *t);
-pb_tag_entry_t *pb_tags_next(pb_tags_t *t, pb_tag_entry_t *e);
+pb_tag_entry_t *pb_tags_first(const pb_tags_t *t);
+pb_tag_entry_t *pb_tags_next(const pb_tags_t *t, const pb_tag_entry_t *e);
 
 /* Forgets every entry (their items are the caller's to release first); tags go on rising. */
 void pb_tags_clear(pb_tags_t *t);
