@@ -313,6 +313,15 @@ static void bulk_end(pb_redis_filter_t *f)
     value_done(f);
 }
 
+/* A value that is its line alone (a status, an error, an integer, a nil): passed on whole where
+ * its parent keeps it. */
+static void line_value(pb_redis_filter_t *f)
+{
+    if (child_emits(f))
+        pass_line(f);
+    value_done(f);
+}
+
 /* Handles the current line (len bytes without its CRLF). */
 static bool on_line(pb_redis_filter_t *f, const char *line, size_t len)
 {
@@ -323,28 +332,21 @@ static bool on_line(pb_redis_filter_t *f, const char *line, size_t len)
     case '+':
     case '-':
     case ':':
-        if (child_emits(f))
-            pass_line(f);
-        value_done(f);
+        line_value(f);
         return true;
     case '$':
         if (!parse_count(line + 1, len - 1, &n))
             return false;
-        if (n < 0) {
-            if (child_emits(f))
-                pass_line(f);
-            value_done(f);
-        } else {
+        if (n < 0)
+            line_value(f);
+        else
             bulk_begin(f, (uint64_t)n);
-        }
         return true;
     case '*':
         if (!parse_count(line + 1, len - 1, &n))
             return false;
         if (n < 0) {
-            if (child_emits(f))
-                pass_line(f);
-            value_done(f);
+            line_value(f);
             return true;
         }
         return array_begin(f, n);
