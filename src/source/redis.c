@@ -92,6 +92,7 @@ typedef struct outstanding {
     entry_id_t id;
     int64_t touched_ms; /* its idle time was last reset (delivered, claimed) */
     int deliveries;     /* as handed out (pb_message_t.deliveries) */
+    struct outstanding *next_spare; /* on the source's spare list once closed */
 } outstanding_t;
 
 /* An entry pending on this consumer to be read again (XRANGE) and handed out: given back by
@@ -123,6 +124,7 @@ typedef struct redis_source {
     size_t nstreams;
 
     pb_tags_t out; /* entries handed out, not acknowledged or requeued (item: outstanding_t) */
+    outstanding_t *spare; /* closed records, reused so that a delivery allocates nothing */
 
     requeued_t *again; /* given back by requeue, to be claimed and handed out again */
     size_t nagain, capagain;
@@ -194,7 +196,9 @@ static outstanding_t *find(redis_source_t *s, uint64_t tag)
 /* Acknowledged or requeued: forgets e. */
 static void close_entry(redis_source_t *s, pb_tag_entry_t *e)
 {
-    free(e->item);
+    outstanding_t *o = e->item;
+    o->next_spare = s->spare;
+    s->spare = o;
     pb_tags_settle(&s->out, e);
 }
 
@@ -216,9 +220,13 @@ static bool is_outstanding(const redis_source_t *s, uint32_t stream, entry_id_t 
 
 static uint64_t add_outstanding(redis_source_t *s, uint32_t stream, entry_id_t id)
 {
-    outstanding_t *o = pb_malloc(sizeof *o);
+    outstanding_t *o = s->spare;
+    if (o)
+        s->spare = o->next_spare;
+    else
+        o = pb_malloc(sizeof *o);
     int64_t now = pb_monotonic_ms();
-    *o = (outstanding_t){stream, id, now, 1};
+    *o = (outstanding_t){stream, id, now, 1, NULL};
     return pb_tags_add(&s->out, o, 0, now);
 }
 
@@ -226,7 +234,7 @@ static uint64_t add_outstanding(redis_source_t *s, uint32_t stream, entry_id_t i
 static void forget_outstanding(redis_source_t *s)
 {
     for (pb_tag_entry_t *e = pb_tags_first(&s->out); e; e = pb_tags_next(&s->out, e))
-        free(e->item);
+        close_entry(s, e);
     pb_tags_clear(&s->out);
 }
 
@@ -1208,6 +1216,11 @@ static void src_free(pb_source_t *src)
     free(s->streams);
     forget_outstanding(s);
     pb_tags_free(&s->out);
+    while (s->spare) {
+        outstanding_t *o = s->spare;
+        s->spare = o->next_spare;
+        free(o);
+    }
     free(s->again);
     free(s->replies);
     free(s->texts);
