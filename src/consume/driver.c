@@ -46,8 +46,9 @@ typedef struct driver {
     pb_message_t *msgs; /* the batch: held messages that go on, then fresh ones */
     uint8_t *flags;     /* PB_INBOX_* per message of the batch */
     pb_inbox_verdict_t *verdicts;
-    uint64_t *acks;
-    pb_hold_t *hold; /* failed messages and what waits behind them, unacknowledged */
+    uint64_t *back;        /* tags pb_hold_admit gives back */
+    pb_settle_t *settle;   /* what the source is told after a batch */
+    pb_hold_t *hold; /* failed messages and what waits behind them, unsettled */
     pb_inbox_counts_t counts, stats_counts;
     int64_t drain_said;     /* when --drain last said what it waits for */
     int64_t held_full_said; /* when the byte bound of the hold was last logged */
@@ -132,27 +133,22 @@ static pb_status_t connect_source(driver_t *d, pb_error_t *err)
     return st;
 }
 
-/* After the commit: acknowledges what is settled; pb_hold_settle kept the rest. */
-static pb_status_t acknowledge(driver_t *d, size_t n, pb_error_t *err)
+/* After the commit: settles what is done or dead; pb_hold_settle kept the rest. */
+static pb_status_t settle_batch(driver_t *d, size_t n, pb_error_t *err)
 {
-    size_t n_acks;
-    pb_hold_settle(d->hold, d->msgs, d->verdicts, n, pb_monotonic_ms(), d->acks, &n_acks);
-    if (n_acks == 0)
+    size_t n_settled;
+    pb_hold_settle(d->hold, d->msgs, d->verdicts, n, pb_monotonic_ms(), d->settle, &n_settled);
+    if (n_settled == 0)
         return PB_OK;
-    if (n_acks == n && pb_hold_count(d->hold) == 0) {
-        /* nothing unacknowledged before the batch's last tag: one frame for all of it */
-        uint64_t last = 0;
-        for (size_t i = 0; i < n_acks; i++)
-            if (d->acks[i] > last)
-                last = d->acks[i];
-        return d->src->ops->ack(d->src, last, true, err);
-    }
-    for (size_t i = 0; i < n_acks; i++) {
-        pb_status_t st = d->src->ops->ack(d->src, d->acks[i], false, err);
-        if (st != PB_OK)
-            return st;
-    }
-    return PB_OK;
+    return d->src->ops->settle(d->src, d->settle, n_settled, err);
+}
+
+/* Tells the source to hand tags[0..n) out again later. */
+static pb_status_t give_back(driver_t *d, const uint64_t *tags, size_t n, pb_error_t *err)
+{
+    for (size_t i = 0; i < n; i++)
+        d->settle[i] = (pb_settle_t){tags[i], PB_SETTLE_RETRY};
+    return n ? d->src->ops->settle(d->src, d->settle, n, err) : PB_OK;
 }
 
 static void log_stats(driver_t *d, bool force)
@@ -285,15 +281,14 @@ static pb_status_t consume_batch(driver_t *d, bool *idle, pb_error_t *err)
     /* at the count bound, what would be held is given back (see hold.h) */
     bool full = pb_hold_count(d->hold) >= (size_t)cfg->consume_max_held;
     size_t n_back;
-    size_t n = pb_hold_admit(d->hold, d->msgs, d->flags, k, n_fresh, full, d->acks, &n_back);
+    size_t n = pb_hold_admit(d->hold, d->msgs, d->flags, k, n_fresh, full, d->back, &n_back);
     if (n_back)
         log_warn(FAC, "%zu messages held back (consume.max_held): %zu more of held aggregates "
                       "given back to the broker for later", pb_hold_count(d->hold), n_back);
-    for (size_t i = 0; i < n_back; i++)
-        if (d->src->ops->requeue(d->src, d->acks[i], &src_err) != PB_OK) {
-            drop_source(d, &src_err);
-            return PB_OK;
-        }
+    if (give_back(d, d->back, n_back, &src_err) != PB_OK) {
+        drop_source(d, &src_err);
+        return PB_OK;
+    }
     if (n == 0) {
         *idle = d->src_up && n_fresh == 0 && pb_hold_count(d->hold) == 0;
         return PB_OK;
@@ -303,14 +298,15 @@ static pb_status_t consume_batch(driver_t *d, bool *idle, pb_error_t *err)
     log_debug(FAC, "batch of %zu handled in %lld ms", n, (long long)(pb_monotonic_ms() - t_received));
     if (st == PB_FATAL) {
         /* nothing of the failed lane committed: give the whole batch back now */
-        for (size_t i = 0; d->src_up && i < n; i++)
-            if (d->src->ops->requeue(d->src, d->msgs[i].tag, &src_err) != PB_OK)
-                drop_source(d, NULL);
+        for (size_t i = 0; i < n; i++)
+            d->back[i] = d->msgs[i].tag;
+        if (d->src_up && give_back(d, d->back, n, &src_err) != PB_OK)
+            drop_source(d, NULL);
         return st;
     }
-    if (d->src_up && acknowledge(d, n, &src_err) != PB_OK) {
-        /* committed but not acknowledged: the broker redelivers, the inbox absorbs it */
-        log_warn(FAC, "%s broker connection lost before the acknowledgement: %s",
+    if (d->src_up && settle_batch(d, n, &src_err) != PB_OK) {
+        /* committed but not settled: the broker redelivers, the inbox absorbs it */
+        log_warn(FAC, "%s broker connection lost before the settlement: %s",
                  d->src->ops->name, src_err.msg);
         drop_source(d, NULL);
     }
@@ -361,7 +357,8 @@ static void driver_init(driver_t *d, const pb_consume_setup_t *s, char *src_what
     d->msgs = pb_malloc(cap * sizeof *d->msgs);
     d->flags = pb_malloc(cap * sizeof *d->flags);
     d->verdicts = pb_malloc(cap * sizeof *d->verdicts);
-    d->acks = pb_malloc(cap * sizeof *d->acks);
+    d->back = pb_malloc(cap * sizeof *d->back);
+    d->settle = pb_malloc(cap * sizeof *d->settle);
     d->hold = pb_hold_new(cfg->consume_gap_timeout);
     d->n_lanes = (int)cfg->consume_lanes;
     d->lanes = pb_malloc((size_t)d->n_lanes * sizeof *d->lanes);
@@ -396,7 +393,8 @@ static void driver_free(driver_t *d)
     free(d->msgs);
     free(d->flags);
     free(d->verdicts);
-    free(d->acks);
+    free(d->back);
+    free(d->settle);
     pb_hold_free(d->hold);
 }
 

@@ -392,15 +392,16 @@ size_t pb_hold_admit(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t k, 
 }
 
 void pb_hold_settle(pb_hold_t *h, const pb_message_t *batch, const pb_inbox_verdict_t *v,
-                    size_t n, int64_t now, uint64_t *acks, size_t *n_acks)
+                    size_t n, int64_t now, pb_settle_t *settled, size_t *n_settled)
 {
-    *n_acks = 0;
+    *n_settled = 0;
     for (size_t i = 0; i < n; i++) {
         const char *key = key_of(h, &batch[i]);
         agg_t *a = find(h, key);
         item_t *it = in_flight_item(a, batch[i].tag);
-        if (v[i].action == PB_INBOX_ACK) {
-            acks[(*n_acks)++] = batch[i].tag;
+        if (pb_inbox_settles(&v[i])) {
+            settled[(*n_settled)++] = (pb_settle_t){
+                batch[i].tag, v[i].action == PB_INBOX_DEAD ? PB_SETTLE_DEAD : PB_SETTLE_DONE};
             if (a) {
                 a->touched = a->progress = true;
                 if (it)

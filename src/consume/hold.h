@@ -12,7 +12,7 @@
  *   receive up to cap - k fresh messages into batch + k
  *   n = pb_hold_admit(h, batch, flags, k, n_fresh, now)    fresh ones of held aggregates stay here
  *   the inbox handles batch[0..n) and gives a verdict per message
- *   pb_hold_settle(h, batch, verdicts, n, now, acks, &n_acks)  what to acknowledge; the rest held
+ *   pb_hold_settle(h, batch, verdicts, n, now, out, &n_out)  what to settle; the rest held
  * The batch is sorted per aggregate by sequence number (then arrival), so each aggregate's
  * messages reach the inbox in order. Messages handed out by pb_hold_take stay owned by h: their
  * strings are valid until pb_hold_settle.
@@ -63,10 +63,10 @@ size_t pb_hold_take(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t cap,
 size_t pb_hold_admit(pb_hold_t *h, pb_message_t *out, uint8_t *flags, size_t k, size_t n,
                      bool full, uint64_t *back, size_t *n_back);
 
-/* After the inbox committed batch[0..n) with verdicts v: puts the tags to acknowledge in acks
- * (room for n), keeps the messages to retry or to hold (copies of the fresh ones). */
+/* After the inbox committed batch[0..n) with verdicts v: puts the messages to settle (done or
+ * dead) in settled (room for n), keeps those to retry or to hold (copies of the fresh ones). */
 void pb_hold_settle(pb_hold_t *h, const pb_message_t *batch, const pb_inbox_verdict_t *v,
-                    size_t n, int64_t now, uint64_t *acks, size_t *n_acks);
+                    size_t n, int64_t now, pb_settle_t *settled, size_t *n_settled);
 
 /* Milliseconds until a held message may go on (0: now), at most max. */
 int64_t pb_hold_wait_ms(const pb_hold_t *h, int64_t now, int64_t max);

@@ -558,7 +558,7 @@ static pb_status_t settle_failure(pb_inbox_t *ib, const pb_message_t *m, int sta
         return st;
     PQclear(res);
     counts->dead++;
-    v->action = PB_INBOX_ACK;
+    v->action = PB_INBOX_DEAD;
     log_warn(FAC, "message %s (%s) moved to inbox_dead after %d attempts: %s",
              m->message_id ? m->message_id : "(no id)", m->type ? m->type : "no type", attempts,
              error);
@@ -623,7 +623,7 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, const 
 {
     pb_status_t st;
     for (size_t i = 0; i < n; i++) {
-        verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_ACK, 0, 0};
+        verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_DONE, 0, 0};
         ib->errors[i][0] = '\0';
         ib->state[i] = msgs[i].message_id && *msgs[i].message_id ? ST_NEW : ST_NO_ID;
         ib->handler_of[i] = find_handler(ib, msgs[i].type);
@@ -722,7 +722,7 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, const 
     if ((st = release_held(ib, msgs, n, err)) != PB_OK)
         return st;
     for (size_t i = 0; i < n; i++)
-        ib->settled[i] = verdicts[i].action == PB_INBOX_ACK;
+        ib->settled[i] = pb_inbox_settles(&verdicts[i]);
     if ((st = pb_inbox_seq_store(&ib->seq, ib->conn, ib->cfg->consume_consumer, msgs, n,
                                  ib->settled, err)) != PB_OK)
         return st;
@@ -774,7 +774,7 @@ static pb_status_t run_handler_alone(pb_inbox_t *ib, const pb_message_t *m, int 
 static bool behind_failure(const pb_message_t *msgs, const pb_inbox_verdict_t *verdicts, size_t i)
 {
     for (size_t j = 0; msgs[i].aggregate_id && j < i; j++)
-        if (verdicts[j].action != PB_INBOX_ACK && pb_inbox_same_aggregate(&msgs[i], &msgs[j]))
+        if (!pb_inbox_settles(&verdicts[j]) && pb_inbox_same_aggregate(&msgs[i], &msgs[j]))
             return true;
     return false;
 }
@@ -790,7 +790,7 @@ static pb_status_t handle_commit_first(pb_inbox_t *ib, const pb_message_t *msgs,
     pb_status_t st;
     for (size_t i = 0; i < n; i++) {
         const pb_message_t *m = &msgs[i];
-        verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_ACK, 0, 0};
+        verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_DONE, 0, 0};
         if (behind_failure(msgs, verdicts, i)) {
             verdicts[i].action = PB_INBOX_HOLD;
             continue;
@@ -871,7 +871,7 @@ pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, const uint
         }
         if (committed) {
             for (size_t i = 0; i < n; i++)
-                verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_ACK, 0, 0};
+                verdicts[i] = (pb_inbox_verdict_t){PB_INBOX_DONE, 0, 0};
             counts->processed += n;
             return PB_OK;
         }

@@ -27,7 +27,8 @@
 #include "source/source.h"
 
 typedef enum pb_inbox_action {
-    PB_INBOX_ACK = 0,   /* handled, duplicate or dead-lettered: acknowledge */
+    PB_INBOX_DONE = 0,  /* handled or a duplicate: settled done */
+    PB_INBOX_DEAD,      /* moved to postbox.inbox_dead: settled dead */
     PB_INBOX_REQUEUE,   /* handler failed, will be tried again after delay_ms */
     PB_INBOX_HOLD,      /* not handled (nothing of it committed): an earlier message of its
                          * aggregate failed in this batch, or (expected > 0) the aggregate's
@@ -39,6 +40,12 @@ typedef struct pb_inbox_verdict {
     int64_t delay_ms; /* REQUEUE: when to try it again */
     int64_t expected; /* HOLD: the sequence number its aggregate waits for, 0 if none */
 } pb_inbox_verdict_t;
+
+/* Whether v settles its message (done or dead), rather than keeping it for later. */
+static inline bool pb_inbox_settles(const pb_inbox_verdict_t *v)
+{
+    return v->action == PB_INBOX_DONE || v->action == PB_INBOX_DEAD;
+}
 
 /* Per-message flags of pb_inbox_handle. */
 #define PB_INBOX_SKIP_GAP 1 /* the missing sequence numbers before this message are given up */

@@ -59,6 +59,7 @@ typedef struct amqp_source {
     pb_amqp_link_t link; /* link.conn NULL while disconnected */
     uint64_t last_tag; /* highest delivery tag received on this channel (0 after connect) */
     uint64_t epoch;    /* counts connects (mod 2^16), in the upper bits of pb_message_t.tag */
+    size_t outstanding; /* deliveries handed out on this channel and not settled */
     amqp_pool_t arenas[2]; /* strings of the batch handed out [cur] and of the prefetched [!cur] */
     int cur;
     amqp_pool_t *arena;      /* where decoding writes now: arenas[cur] or, in prefetch, [!cur] */
@@ -274,6 +275,7 @@ static pb_status_t setup_channel(void *arg, pb_error_t *err)
     if (st != PB_OK)
         return st;
     s->last_tag = 0;
+    s->outstanding = 0;
     s->epoch = (s->epoch + 1) & TAG_EPOCH_MASK;
     bool bind = cfg->amqp_queue_declare && s->nbindings > 0;
     if (bind && cfg->amqp_declare_exchange && (st = declare_exchange(s, err)) != PB_OK)
@@ -596,6 +598,7 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
         return st;
     }
     *n = got;
+    s->outstanding += got;
     amqp_maybe_release_buffers(s->link.conn); /* everything handed out was copied into the arena */
     return PB_OK;
 }
@@ -636,7 +639,7 @@ static int src_prefetch_fd(pb_source_t *src, size_t max)
     return amqp_get_sockfd(s->link.conn);
 }
 
-/* ---- ack / requeue -------------------------------------------------------------------------- */
+/* ---- settle ---------------------------------------------------------------------------------- */
 
 /* Turns a pb_message_t tag into the delivery tag of the current channel. A tag from before a
  * reconnect is refused: the broker would close the channel (406 unknown delivery tag) or, worse,
@@ -656,31 +659,44 @@ static pb_status_t check_tag(amqp_source_t *s, uint64_t tag, const char *what, u
     return PB_OK;
 }
 
-static pb_status_t src_ack(pb_source_t *src, uint64_t tag, bool multiple, pb_error_t *err)
+/* Done and dead are acknowledged: a dead message is kept in postbox.inbox_dead, and a reject
+ * would put a second copy into a dead-letter exchange configured on the queue. Retry is a nack
+ * with requeue. When the list settles every delivery handed out and not settled yet, all done or
+ * dead, one multiple ack covers it: deliveries not handed out yet (prefetched) came later and
+ * have higher tags. */
+static pb_status_t src_settle(pb_source_t *src, const pb_settle_t *list, size_t n, pb_error_t *err)
 {
     amqp_source_t *s = (amqp_source_t *)src;
-    uint64_t delivery;
-    pb_status_t st = check_tag(s, tag, "acknowledge", &delivery, err);
-    if (st != PB_OK)
-        return st;
-    int rc = amqp_basic_ack(s->link.conn, CHANNEL, delivery, multiple);
-    if (rc != AMQP_STATUS_OK)
-        return lost(s, err, "acknowledging delivery %llu: %s", (unsigned long long)delivery,
-                    amqp_error_string2(rc));
-    return PB_OK;
-}
-
-static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
-{
-    amqp_source_t *s = (amqp_source_t *)src;
-    uint64_t delivery;
-    pb_status_t st = check_tag(s, tag, "requeue", &delivery, err);
-    if (st != PB_OK)
-        return st;
-    int rc = amqp_basic_nack(s->link.conn, CHANNEL, delivery, 0, 1);
-    if (rc != AMQP_STATUS_OK)
-        return lost(s, err, "requeueing delivery %llu: %s", (unsigned long long)delivery,
-                    amqp_error_string2(rc));
+    uint64_t last = 0;
+    bool all_acks = true;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t delivery;
+        pb_status_t st = check_tag(s, list[i].tag, "settle", &delivery, err);
+        if (st != PB_OK)
+            return st;
+        if (delivery > last)
+            last = delivery;
+        all_acks &= list[i].how != PB_SETTLE_RETRY;
+    }
+    if (all_acks && n == s->outstanding) {
+        s->outstanding = 0;
+        int rc = amqp_basic_ack(s->link.conn, CHANNEL, last, 1);
+        if (rc != AMQP_STATUS_OK)
+            return lost(s, err, "acknowledging deliveries up to %llu: %s",
+                        (unsigned long long)last, amqp_error_string2(rc));
+        return PB_OK;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t delivery = list[i].tag & TAG_DELIVERY_MASK;
+        bool retry = list[i].how == PB_SETTLE_RETRY;
+        int rc = retry ? amqp_basic_nack(s->link.conn, CHANNEL, delivery, 0, 1)
+                       : amqp_basic_ack(s->link.conn, CHANNEL, delivery, 0);
+        if (rc != AMQP_STATUS_OK)
+            return lost(s, err, "%s delivery %llu: %s", retry ? "requeueing" : "acknowledging",
+                        (unsigned long long)delivery, amqp_error_string2(rc));
+        if (s->outstanding > 0)
+            s->outstanding--;
+    }
     return PB_OK;
 }
 
@@ -760,8 +776,7 @@ static const pb_source_ops_t amqp_source_ops = {
     .name = "amqp",
     .connect = src_connect,
     .receive = src_receive,
-    .ack = src_ack,
-    .requeue = src_requeue,
+    .settle = src_settle,
     .prefetch = src_prefetch,
     .prefetch_fd = src_prefetch_fd,
     .pending = src_pending,

@@ -8,7 +8,7 @@
  * yet), so a message the consumer still holds (a failed handler waiting for its retry, or what
  * waits behind it) is never skipped, whatever was acknowledged after it. Each record keeps the
  * message's decoded copy until it is acknowledged, since Kafka cannot put one message back:
- * requeue queues the tag, and the next receive hands its copy out again (redelivered); the
+ * retry later queues the tag, and the next receive hands its copy out again (redelivered); the
  * partition's commit stays below it.
  *
  * Rebalance (the callback runs inside rd_kafka_consumer_poll, on this thread): before a
@@ -72,7 +72,7 @@ typedef struct kafka_source {
     rd_kafka_t *ask;  /* --drain's questions to the cluster (group_lag); NULL until then */
     char group[256];
     pb_kafka_offsets_t *offsets;
-    uint64_t *again; /* requeued tags, handed out first (FIFO) */
+    uint64_t *again; /* tags settled "retry later", handed out first (FIFO) */
     size_t nagain, cap_again;
     /* messages settled (acknowledged, revoked): freed at the next receive, since the consumer
      * may still read the batch handed out last */
@@ -424,7 +424,7 @@ static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t m
     /* the bodies of a batch stay within consume.batch_bytes (one message may exceed it alone) */
     uint64_t bytes = 0, budget = (uint64_t)s->base.cfg->consume_batch_bytes;
     size_t k = 0;
-    for (; k < s->nagain && *n < max && !(*n && bytes >= budget); k++) { /* requeued first */
+    for (; k < s->nagain && *n < max && !(*n && bytes >= budget); k++) { /* retries first */
         kmsg_t *km = pb_kafka_offsets_lookup(s->offsets, s->again[k]);
         if (!km)
             continue; /* its partition was revoked meanwhile */
@@ -432,7 +432,7 @@ static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t m
         bytes += km->msg.body_len;
         msgs[(*n)++].redelivered = true;
     }
-    if (k > 0) { /* again is NULL until something was requeued */
+    if (k > 0) { /* again is NULL until something was to retry */
         memmove(s->again, s->again + k, (s->nagain - k) * sizeof *s->again);
         s->nagain -= k;
     }
@@ -484,29 +484,28 @@ static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t m
     return PB_OK;
 }
 
-static pb_status_t source_ack(pb_source_t *src, uint64_t tag, bool multiple, pb_error_t *err)
+/* Done and dead mark the offset acknowledged (committed once everything below it is); retry
+ * later queues the tag, and a later receive hands its copy out again. A tag whose partition
+ * went to another member meanwhile is passed over: the next owner reads it again. */
+static pb_status_t source_settle(pb_source_t *src, const pb_settle_t *list, size_t n,
+                                 pb_error_t *err)
 {
     (void)err;
     kafka_source_t *s = (kafka_source_t *)src;
-    if (multiple)
-        pb_kafka_offsets_ack_upto(s->offsets, tag);
-    else
-        (void)pb_kafka_offsets_ack(s->offsets, tag); /* unknown: its partition went to another
-                                                      * member, which reads it again */
-    return PB_OK;
-}
-
-static pb_status_t source_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
-{
-    (void)err;
-    kafka_source_t *s = (kafka_source_t *)src;
-    if (!pb_kafka_offsets_lookup(s->offsets, tag))
-        return PB_OK; /* revoked meanwhile: the next owner reads it */
-    if (s->nagain == s->cap_again) {
-        s->cap_again = s->cap_again ? 2 * s->cap_again : 256;
-        s->again = pb_realloc(s->again, s->cap_again * sizeof *s->again);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t tag = list[i].tag;
+        if (list[i].how != PB_SETTLE_RETRY) {
+            (void)pb_kafka_offsets_ack(s->offsets, tag);
+            continue;
+        }
+        if (!pb_kafka_offsets_lookup(s->offsets, tag))
+            continue;
+        if (s->nagain == s->cap_again) {
+            s->cap_again = s->cap_again ? 2 * s->cap_again : 256;
+            s->again = pb_realloc(s->again, s->cap_again * sizeof *s->again);
+        }
+        s->again[s->nagain++] = tag; /* stays unacknowledged: the commit stays below it */
     }
-    s->again[s->nagain++] = tag; /* stays unacknowledged: the commit stays below it */
     return PB_OK;
 }
 
@@ -715,8 +714,7 @@ static const pb_source_ops_t kafka_source_ops = {
     .name = "kafka",
     .connect = source_connect,
     .receive = source_receive,
-    .ack = source_ack,
-    .requeue = source_requeue,
+    .settle = source_settle,
     .pending = source_pending,
     .takes_every_event = source_takes_every_event,
     .free = source_free,

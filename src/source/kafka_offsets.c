@@ -160,19 +160,6 @@ bool pb_kafka_offsets_ack(pb_kafka_offsets_t *t, uint64_t tag)
     return true;
 }
 
-void pb_kafka_offsets_ack_upto(pb_kafka_offsets_t *t, uint64_t tag)
-{
-    for (size_t i = 0; i < t->nparts; i++) {
-        part_t *p = &t->parts[i];
-        pb_tag_entry_t *e = pb_tags_first(&p->live);
-        while (e && e->tag <= tag) {
-            pb_tag_entry_t *next = pb_tags_next(&p->live, e);
-            settle(t, p, e);
-            e = next;
-        }
-    }
-}
-
 size_t pb_kafka_offsets_take_commits(pb_kafka_offsets_t *t,
                                      void (*commit)(const char *topic, int32_t partition,
                                                     int64_t next_offset, void *arg),

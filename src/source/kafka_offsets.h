@@ -43,8 +43,6 @@ void *pb_kafka_offsets_lookup(const pb_kafka_offsets_t *t, uint64_t tag);
 /* Acknowledges tag; false when it is unknown (acknowledged already, or its partition was
  * revoked meanwhile). */
 bool pb_kafka_offsets_ack(pb_kafka_offsets_t *t, uint64_t tag);
-/* Acknowledges every message not acknowledged yet whose tag is <= tag, in every partition. */
-void pb_kafka_offsets_ack_upto(pb_kafka_offsets_t *t, uint64_t tag);
 
 /* Calls commit(topic, partition, next_offset, arg) for every partition whose committable
  * offset moved since the last call (next_offset: the offset after its acknowledged prefix, the

@@ -11,13 +11,14 @@
  * a request is recognized by its reply subject, so a stale one never cuts a wait short.
  *
  * pb_message_t.tag is a sequence number of this source (never reused, also not across
- * reconnects); the natsMsg stays alive in a tag-ordered table until it is acknowledged or
- * requeued (the consumer may hold a failed message unacknowledged across later receives and
- * retry it when its backoff is over). While a message is held, receive sends "in progress"
- * for it every ack_wait/4 (and waits no longer than until the next one is due), so the server
- * does not redeliver it behind the consumer's back. requeue is a nak with a delay of a second
- * (the consumer gives back what it cannot hold now). Acknowledged messages are destroyed at the next receive, so the strings of
- * the last batch stay valid as promised in source.h.
+ * reconnects); the natsMsg stays alive in a tag-ordered table until it is settled (the
+ * consumer may hold a failed message unsettled across later receives and retry it when its
+ * backoff is over). While a message is held, receive sends "in progress" for it every
+ * ack_wait/4 (and waits no longer than until the next one is due), so the server does not
+ * redeliver it behind the consumer's back. Settling: done is +ACK, retry later a nak with a
+ * delay of a second (the consumer gives back what it cannot hold now), dead +TERM (the server
+ * never redelivers it and publishes a MSG_TERMINATED advisory). Settled messages are destroyed
+ * at the next receive, so the strings of the last batch stay valid as promised in source.h.
  *
  * The message id is the Nats-Msg-Id header (or consume.message_id_header), the type the
  * header "event_type"; the headers JSON is an object of every header (a string, or an array of
@@ -51,7 +52,7 @@
 #define AGGREGATE_ID_HDR "aggregate_id"
 #define NS_PER_MS INT64_C(1000000)
 #define API_WAIT_MS 5000
-#define REQUEUE_DELAY_MS 1000
+#define RETRY_DELAY_MS 1000
 
 typedef struct nats_source {
     pb_source_t base; /* first: the consumer holds a pb_source_t * */
@@ -66,7 +67,7 @@ typedef struct nats_source {
     pb_nats_stream_desc_t stream;
     pb_tags_t tags; /* outstanding messages (item: the natsMsg; at_ms: delivery or last
                      * "in progress") */
-    natsMsg **done; /* acknowledged/requeued, destroyed at the next receive */
+    natsMsg **done; /* settled, destroyed at the next receive */
     size_t ndone, capdone;
     pb_buf_t text;  /* headers JSON and re-encoded ids of the current batch */
 } nats_source_t;
@@ -590,7 +591,7 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
     return PB_OK;
 }
 
-/* ---- ack / requeue -------------------------------------------------------------------------- */
+/* ---- settle ----------------------------------------------------------------------------------- */
 
 static pb_status_t stale(nats_source_t *s, uint64_t tag, const char *what, pb_error_t *err)
 {
@@ -599,41 +600,26 @@ static pb_status_t stale(nats_source_t *s, uint64_t tag, const char *what, pb_er
                    (unsigned long long)tag, s->where);
 }
 
-static pb_status_t src_ack(pb_source_t *src, uint64_t tag, bool multiple, pb_error_t *err)
+static pb_status_t src_settle(pb_source_t *src, const pb_settle_t *list, size_t n, pb_error_t *err)
 {
     nats_source_t *s = (nats_source_t *)src;
     if (!s->nc)
         return pb_fail(err, PB_TRANSIENT, "not connected to nats at %s", s->where);
-    pb_tag_entry_t *last = pb_tags_find(&s->tags, tag);
-    if (!last)
-        return stale(s, tag, "acknowledge", err);
-    pb_tag_entry_t *e = multiple ? pb_tags_first(&s->tags) : last;
-    while (e && e->tag <= tag) {
-        pb_tag_entry_t *next = pb_tags_next(&s->tags, e);
-        natsStatus ns = reply_ack(s, e->item, "+ACK");
-        if (ns != NATS_OK)
-            return lost(s, err, "acknowledging messages", ns);
-        retire(s, e);
-        e = multiple ? next : NULL;
-    }
-    return PB_OK;
-}
-
-static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
-{
-    nats_source_t *s = (nats_source_t *)src;
-    if (!s->nc)
-        return pb_fail(err, PB_TRANSIENT, "not connected to nats at %s", s->where);
-    pb_tag_entry_t *e = pb_tags_find(&s->tags, tag);
-    if (!e)
-        return stale(s, tag, "requeue", err);
-    /* not at once: the consumer gives back what it cannot hold now (consume.max_held) */
+    for (size_t i = 0; i < n; i++)
+        if (!pb_tags_find(&s->tags, list[i].tag))
+            return stale(s, list[i].tag, "settle", err);
     char nak[64];
-    snprintf(nak, sizeof nak, "-NAK {\"delay\": %lld}", (long long)(REQUEUE_DELAY_MS * NS_PER_MS));
-    natsStatus ns = reply_ack(s, e->item, nak);
-    if (ns != NATS_OK)
-        return lost(s, err, "naking a message", ns);
-    retire(s, e);
+    snprintf(nak, sizeof nak, "-NAK {\"delay\": %lld}", (long long)(RETRY_DELAY_MS * NS_PER_MS));
+    for (size_t i = 0; i < n; i++) {
+        pb_tag_entry_t *e = pb_tags_find(&s->tags, list[i].tag);
+        const char *reply = list[i].how == PB_SETTLE_DONE    ? "+ACK"
+                            : list[i].how == PB_SETTLE_RETRY ? nak
+                                                             : "+TERM";
+        natsStatus ns = reply_ack(s, e->item, reply);
+        if (ns != NATS_OK)
+            return lost(s, err, "settling messages", ns);
+        retire(s, e);
+    }
     return PB_OK;
 }
 
@@ -696,8 +682,7 @@ static const pb_source_ops_t nats_source_ops = {
     .name = "nats",
     .connect = src_connect,
     .receive = src_receive,
-    .ack = src_ack,
-    .requeue = src_requeue,
+    .settle = src_settle,
     .pending = src_pending,
     .takes_every_event = src_takes_every_event,
     .free = src_free,

@@ -4,8 +4,8 @@
  * At connect the group is created on every stream that lacks it (XGROUP CREATE ... 0 MKSTREAM:
  * a new group starts at the beginning of the stream, which the relay's bound keeps finite).
  * Each receive then takes, in this order and up to the batch size and consume.batch_bytes:
- *   1. the entries given back by requeue (what the consumer cannot hold now, consume.max_held),
- *      a second later: Redis has no negative acknowledgement, so a requeued entry stays pending
+ *   1. the entries settled "retry later" (what the consumer cannot hold now, consume.max_held),
+ *      a second later: Redis has no negative acknowledgement, so such an entry stays pending
  *      on this consumer (XCLAIM ... JUSTID keeps its idle time fresh and its delivery count as
  *      it was) and is read again (XRANGE) and handed out from here; and the entries deferred by
  *      an earlier read (below), read again at once, before any new entry;
@@ -26,8 +26,8 @@
  * deferred: pending on this consumer, their fields not kept, handed out by the next receive
  * (touched like held entries meanwhile). With several streams, one XREADGROUP may deliver up
  * to the batch size from each: the surplus is deferred the same way.
- * An entry is acknowledged (XACK) only when the consumer core says so, after the PostgreSQL
- * transaction with its inbox row committed, in any order. While the core holds an entry back
+ * An entry is acknowledged (XACK, settled done or dead) only when the consumer core says so,
+ * after the PostgreSQL transaction with its inbox row committed, in any order. While the core holds an entry back
  * (a failed one retried after its backoff, and the later ones of its aggregate), receive resets
  * the entry's idle time every claim_idle / 3 (XCLAIM ... JUSTID), so no other consumer claims it
  * meanwhile.
@@ -74,10 +74,10 @@
 
 #define FAC "source.redis"
 #define MIN_CLAIM_PASS_MS 1000
-#define CLAIM_LOOKAHEAD 16 /* idle pending entries looked at per claim, beyond our requeued ones */
+#define CLAIM_LOOKAHEAD 16 /* idle pending entries looked at per claim, beyond our ones to retry */
 #define IDS_PER_COMMAND 500 /* entry ids per XACK / XCLAIM */
-#define REQUEUE_DELAY_MS 1000 /* a requeued entry comes again after this (consume.max_held) */
-#define REQUEUE_MIN_IDLE "500" /* ms, below REQUEUE_DELAY_MS */
+#define RETRY_DELAY_MS 1000 /* an entry to retry comes again after this (consume.max_held) */
+#define RETRY_MIN_IDLE "500" /* ms, below RETRY_DELAY_MS */
 #define DEAD_CONSUMER_IDLES 10 /* a consumer silent for this many claim_idle is gone */
 #define OTHER_FIELDS_MIN 65536 /* bytes of an entry's fields besides the payload kept at least */
 
@@ -86,7 +86,7 @@ typedef struct entry_id {
     uint64_t ms, seq;
 } entry_id_t;
 
-/* An entry handed out and not yet acknowledged or requeued. */
+/* An entry handed out and not settled yet. */
 typedef struct outstanding {
     uint32_t stream;
     entry_id_t id;
@@ -96,16 +96,16 @@ typedef struct outstanding {
 } outstanding_t;
 
 /* An entry pending on this consumer to be read again (XRANGE) and handed out: given back by
- * requeue, or deferred (delivered by a read but beyond the batch's size or bytes). */
-typedef struct requeued {
+ * "retry later", or deferred (delivered by a read but beyond the batch's size or bytes). */
+typedef struct again {
     uint32_t stream;
     entry_id_t id;
-    int deliveries; /* its count stays: a requeue is not a delivery that failed */
+    int deliveries; /* its count stays: a retry later is not a delivery that failed */
     int64_t due_ms; /* handed out again from then on */
     bool ours;      /* deferred: surely still ours (touched like a held entry), no XCLAIM first */
     bool redelivered;
     int64_t touched_ms; /* ours: its idle time was last reset */
-} requeued_t;
+} again_t;
 
 typedef struct stream_state {
     char *name;
@@ -123,10 +123,10 @@ typedef struct redis_source {
     stream_state_t *streams;
     size_t nstreams;
 
-    pb_tags_t out; /* entries handed out, not acknowledged or requeued (item: outstanding_t) */
+    pb_tags_t out; /* entries handed out, not settled (item: outstanding_t) */
     outstanding_t *spare; /* closed records, reused so that a delivery allocates nothing */
 
-    requeued_t *again; /* given back by requeue, to be claimed and handed out again */
+    again_t *again; /* settled "retry later" or deferred, to be claimed and handed out again */
     size_t nagain, capagain;
 
     /* what the strings of the last batch point into, freed at the next receive */
@@ -193,7 +193,7 @@ static outstanding_t *find(redis_source_t *s, uint64_t tag)
     return e ? e->item : NULL;
 }
 
-/* Acknowledged or requeued: forgets e. */
+/* Settled: forgets e. */
 static void close_entry(redis_source_t *s, pb_tag_entry_t *e)
 {
     outstanding_t *o = e->item;
@@ -202,7 +202,7 @@ static void close_entry(redis_source_t *s, pb_tag_entry_t *e)
     pb_tags_settle(&s->out, e);
 }
 
-/* Whether the entry is handed out already or requeued (XPENDING ... IDLE may list one of our
+/* Whether the entry is handed out already or to retry (XPENDING ... IDLE may list one of our
  * own). */
 static bool is_outstanding(const redis_source_t *s, uint32_t stream, entry_id_t id)
 {
@@ -214,7 +214,7 @@ static bool is_outstanding(const redis_source_t *s, uint32_t stream, entry_id_t 
     for (size_t i = 0; i < s->nagain; i++)
         if (s->again[i].stream == stream && s->again[i].id.ms == id.ms &&
             s->again[i].id.seq == id.seq)
-            return true; /* requeued, coming again from take_requeued */
+            return true; /* to retry, coming again from take_again */
     return false;
 }
 
@@ -238,7 +238,7 @@ static void forget_outstanding(redis_source_t *s)
     pb_tags_clear(&s->out);
 }
 
-/* Forgets every outstanding and requeued entry: on a new connection this consumer's pending
+/* Forgets every outstanding entry and every one to retry: on a new connection this consumer's pending
  * entries are read again from the group (history). */
 static void forget_all(redis_source_t *s)
 {
@@ -450,7 +450,7 @@ static bool entry_whole(const redisReply *fields, uint64_t *size)
     return whole;
 }
 
-static void push_again(redis_source_t *s, requeued_t a)
+static void push_again(redis_source_t *s, again_t a)
 {
     if (s->nagain == s->capagain) {
         s->capagain = s->capagain ? s->capagain * 2 : 64;
@@ -460,12 +460,12 @@ static void push_again(redis_source_t *s, requeued_t a)
 }
 
 /* An entry delivered to this consumer that a read did not keep for the batch (beyond its size
- * or bytes): a later receive reads it again (take_requeued) before any new entry. */
+ * or bytes): a later receive reads it again (take_again) before any new entry. */
 static void defer(redis_source_t *s, uint32_t si, entry_id_t id, int deliveries,
                   bool redelivered)
 {
     int64_t now = pb_monotonic_ms();
-    push_again(s, (requeued_t){si, id, deliveries, now, true, redelivered, now});
+    push_again(s, (again_t){si, id, deliveries, now, true, redelivered, now});
 }
 
 /* Fills *m from one entry ([id, [field, value, ...], mark], see bounded.h) of stream si and
@@ -590,7 +590,7 @@ static int compare_ids(entry_id_t a, entry_id_t b)
 }
 
 /* The delivery counts of msgs[from..to), entries of stream si taken again just now (claimed,
- * re-read or requeued: pending on this consumer): one XPENDING over their id range. */
+ * re-read or to retry: pending on this consumer): one XPENDING over their id range. */
 static pb_status_t fill_deliveries(redis_source_t *s, uint32_t si, pb_message_t *msgs,
                                    size_t from, size_t to, pb_error_t *err)
 {
@@ -653,15 +653,15 @@ static void id_command_free(id_command_t *cmd)
     free(cmd->idbuf);
 }
 
-/* 1. entries to read again whose time has come, up to max: requeued ones (XCLAIM ... JUSTID
- * keeps them on this consumer with a fresh idle time and the same delivery count, a requeue
+/* 1. entries to read again whose time has come, up to max: ones to retry (XCLAIM ... JUSTID
+ * keeps them on this consumer with a fresh idle time and the same delivery count, a retry later
  * being no failed delivery) and deferred ones (ours: no XCLAIM), each read again with XRANGE.
  * The commands of all of them pipelined; one the batch has no room for stays deferred. */
-static pb_status_t take_requeued(redis_source_t *s, pb_message_t *msgs, size_t max, size_t *n,
+static pb_status_t take_again(redis_source_t *s, pb_message_t *msgs, size_t max, size_t *n,
                                  pb_error_t *err)
 {
     int64_t now = pb_monotonic_ms();
-    requeued_t *due = pb_malloc((s->nagain ? s->nagain : 1) * sizeof *due);
+    again_t *due = pb_malloc((s->nagain ? s->nagain : 1) * sizeof *due);
     size_t ndue = 0, kept = 0;
     for (size_t i = 0; i < s->nagain; i++) {
         if (s->again[i].due_ms <= now && *n + ndue < max)
@@ -676,7 +676,7 @@ static pb_status_t take_requeued(redis_source_t *s, pb_message_t *msgs, size_t m
         format_id(due[k].id, id, sizeof id);
         const char *name = s->streams[due[k].stream].name;
         /* min-idle: not when another consumer claimed it meanwhile (its idle time is fresh) */
-        const char *claim[] = {"XCLAIM", name,  s->group, s->consumer, REQUEUE_MIN_IDLE,
+        const char *claim[] = {"XCLAIM", name,  s->group, s->consumer, RETRY_MIN_IDLE,
                                id,       "JUSTID"};
         const char *range[] = {"XRANGE", name, id, id};
         if ((!due[k].ours && redisAppendCommandArgv(s->c, 7, claim, NULL) != REDIS_OK) ||
@@ -696,7 +696,7 @@ static pb_status_t take_requeued(redis_source_t *s, pb_message_t *msgs, size_t m
             }
             if (claimed->type == REDIS_REPLY_ERROR && st == PB_OK)
                 st = pb_fail(err, pb_redis_error_transient(claimed->str) ? PB_TRANSIENT : PB_FATAL,
-                             "redis at %s: claiming a requeued entry: %s", s->srv.where,
+                             "redis at %s: claiming an entry to retry: %s", s->srv.where,
                              claimed->str);
             ours = claimed->type == REDIS_REPLY_ARRAY && claimed->elements == 1;
             freeReplyObject(claimed);
@@ -714,7 +714,7 @@ static pb_status_t take_requeued(redis_source_t *s, pb_message_t *msgs, size_t m
         keep_reply(s, entry);
         if (entry->type == REDIS_REPLY_ERROR && st == PB_OK)
             st = pb_fail(err, pb_redis_error_transient(entry->str) ? PB_TRANSIENT : PB_FATAL,
-                         "redis at %s: reading a requeued entry again: %s", s->srv.where,
+                         "redis at %s: reading an entry to retry again: %s", s->srv.where,
                          entry->str);
         taken_t t = SKIPPED;
         entry_id_t id;
@@ -734,7 +734,7 @@ static pb_status_t take_requeued(redis_source_t *s, pb_message_t *msgs, size_t m
     if (st == PB_TRANSIENT)
         drop_connection(s);
     if (gone)
-        log_warn(FAC, "%zu requeued entries are no longer in their stream or group (trimmed or "
+        log_warn(FAC, "%zu entries to retry are no longer in their stream or group (trimmed or "
                       "claimed before they were acknowledged)", gone);
     return st;
 }
@@ -886,7 +886,7 @@ static pb_status_t take_claimed(redis_source_t *s, pb_message_t *msgs, size_t ma
         stream_state_t *ss = &s->streams[si];
         if (now < ss->claim_due_ms)
             continue;
-        /* ours come too when idle (requeued ones wait untouched): room for them */
+        /* ours come too when idle (ones to retry wait untouched): room for them */
         char idle[24], count[24];
         snprintf(idle, sizeof idle, "%lld", (long long)cfg->redis_claim_idle);
         snprintf(count, sizeof count, "%zu", s->nagain + CLAIM_LOOKAHEAD);
@@ -906,7 +906,7 @@ static pb_status_t take_claimed(redis_source_t *s, pb_message_t *msgs, size_t ma
             if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
                 e->element[0]->type != REDIS_REPLY_STRING || !parse_id(e->element[0]->str, &id) ||
                 e->element[1]->type != REDIS_REPLY_STRING || is_outstanding(s, (uint32_t)si, id))
-                continue; /* one of ours, held back or requeued */
+                continue; /* one of ours, held back or to retry */
             bool taken = false;
             from = e->element[1]->str;
             if ((st = claim_one(s, (uint32_t)si, e->element[0]->str, from, &msgs[*n], &taken,
@@ -1006,7 +1006,7 @@ static pb_status_t touch_held(redis_source_t *s, pb_error_t *err)
             }
         }
         for (size_t i = 0; i < s->nagain; i++) {
-            requeued_t *a = &s->again[i];
+            again_t *a = &s->again[i];
             if (a->ours && a->stream == si && now - a->touched_ms >= every) {
                 format_id(a->id, cmd.idbuf[k], sizeof cmd.idbuf[k]);
                 cmd.argv[cmd.argc++] = cmd.idbuf[k++];
@@ -1062,7 +1062,7 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
     s->budget_left = s->base.cfg->consume_batch_bytes;
     pb_status_t st;
     if ((st = sample(s, err)) != PB_OK || (st = touch_held(s, err)) != PB_OK ||
-        (st = take_requeued(s, msgs, max, n, err)) != PB_OK)
+        (st = take_again(s, msgs, max, n, err)) != PB_OK)
         return st;
     /* An entry handed out again after its consumer died (or its connection) goes in a batch of
      * its own: if it is what kills the consumer, only its delivery count grows, and the inbox
@@ -1096,7 +1096,7 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
     return PB_OK;
 }
 
-/* ---- ack / requeue -------------------------------------------------------------------------- */
+/* ---- settle ----------------------------------------------------------------------------------- */
 
 static pb_status_t stale(redis_source_t *s, uint64_t tag, const char *what, pb_error_t *err)
 {
@@ -1105,30 +1105,30 @@ static pb_status_t stale(redis_source_t *s, uint64_t tag, const char *what, pb_e
                    (unsigned long long)tag, s->srv.where);
 }
 
-/* XACK of the outstanding entries with tags in [from, to], per stream, pipelined. */
-static pb_status_t xack_range(redis_source_t *s, uint64_t from, uint64_t to, pb_error_t *err)
+/* XACK of the entries of list[0..n) settled done or dead, per stream, pipelined. */
+static pb_status_t xack_settled(redis_source_t *s, const pb_settle_t *list, size_t n,
+                                pb_error_t *err)
 {
     size_t commands = 0;
     for (size_t si = 0; si < s->nstreams; si++) {
-        pb_tag_entry_t *e = pb_tags_first(&s->out);
-        while (e && e->tag < from)
-            e = pb_tags_next(&s->out, e);
-        while (e && e->tag <= to) {
+        size_t i = 0;
+        while (i < n) {
             id_command_t cmd;
             id_command_init(&cmd, IDS_PER_COMMAND);
             const char *head[] = {"XACK", s->streams[si].name, s->group};
             for (int k = 0; k < 3; k++)
                 cmd.argv[cmd.argc++] = head[k];
             size_t k = 0;
-            while (e && e->tag <= to && k < IDS_PER_COMMAND) {
-                pb_tag_entry_t *next = pb_tags_next(&s->out, e);
-                const outstanding_t *o = e->item;
-                if (o->stream == si) {
-                    format_id(o->id, cmd.idbuf[k], sizeof cmd.idbuf[k]);
-                    cmd.argv[cmd.argc++] = cmd.idbuf[k++];
-                    close_entry(s, e);
-                }
-                e = next;
+            for (; i < n && k < IDS_PER_COMMAND; i++) {
+                pb_tag_entry_t *e = list[i].how == PB_SETTLE_RETRY
+                                        ? NULL
+                                        : pb_tags_find(&s->out, list[i].tag);
+                const outstanding_t *o = e ? e->item : NULL;
+                if (!o || o->stream != si)
+                    continue;
+                format_id(o->id, cmd.idbuf[k], sizeof cmd.idbuf[k]);
+                cmd.argv[cmd.argc++] = cmd.idbuf[k++];
+                close_entry(s, e);
             }
             int rc = k ? redisAppendCommandArgv(s->c, cmd.argc, cmd.argv, NULL) : REDIS_OK;
             id_command_free(&cmd);
@@ -1152,33 +1152,32 @@ static pb_status_t xack_range(redis_source_t *s, uint64_t from, uint64_t to, pb_
     return worst;
 }
 
-static pb_status_t src_ack(pb_source_t *src, uint64_t tag, bool multiple, pb_error_t *err)
+/* Done and dead are acknowledged (XACK). Redis has no negative acknowledgement: an entry to
+ * retry later stays pending on this consumer and is handed out again a second later (see 1.
+ * above). */
+static pb_status_t src_settle(pb_source_t *src, const pb_settle_t *list, size_t n,
+                              pb_error_t *err)
 {
     redis_source_t *s = (redis_source_t *)src;
     if (!s->c)
         return pb_fail(err, PB_TRANSIENT, "not connected to redis at %s", s->srv.where);
-    if (!find(s, tag))
-        return stale(s, tag, "acknowledge", err);
-    return xack_range(s, multiple ? 0 : tag, tag, err);
-}
-
-static pb_status_t src_requeue(pb_source_t *src, uint64_t tag, pb_error_t *err)
-{
-    redis_source_t *s = (redis_source_t *)src;
-    if (!s->c)
-        return pb_fail(err, PB_TRANSIENT, "not connected to redis at %s", s->srv.where);
-    pb_tag_entry_t *e = pb_tags_find(&s->out, tag);
-    if (!e)
-        return stale(s, tag, "requeue", err);
-    const outstanding_t *o = e->item;
-    push_again(s, (requeued_t){o->stream, o->id, o->deliveries,
-                               pb_monotonic_ms() + REQUEUE_DELAY_MS, false, true, 0});
-    close_entry(s, e);
-    return PB_OK;
+    for (size_t i = 0; i < n; i++)
+        if (!pb_tags_find(&s->out, list[i].tag))
+            return stale(s, list[i].tag, "settle", err);
+    int64_t due = pb_monotonic_ms() + RETRY_DELAY_MS;
+    for (size_t i = 0; i < n; i++) {
+        if (list[i].how != PB_SETTLE_RETRY)
+            continue;
+        pb_tag_entry_t *e = pb_tags_find(&s->out, list[i].tag);
+        const outstanding_t *o = e->item;
+        push_again(s, (again_t){o->stream, o->id, o->deliveries, due, false, true, 0});
+        close_entry(s, e);
+    }
+    return xack_settled(s, list, n, err);
 }
 
 /* For consume --drain: the entries of the group not acknowledged yet, on any consumer (a dead
- * one's are claimed after redis.claim_idle), plus those not delivered yet (lag) and the requeued
+ * one's are claimed after redis.claim_idle), plus those not delivered yet (lag) and the ones to retry
  * ones this source keeps. A lag Redis cannot tell (after XDEL in the middle of a stream) counts
  * as 0. */
 static pb_status_t src_pending(pb_source_t *src, int64_t *pending, pb_error_t *err)
@@ -1238,8 +1237,7 @@ static const pb_source_ops_t redis_source_ops = {
     .name = "redis",
     .connect = src_connect,
     .receive = src_receive,
-    .ack = src_ack,
-    .requeue = src_requeue,
+    .settle = src_settle,
     .pending = src_pending,
     .takes_every_event = src_takes_every_event,
     .free = src_free,

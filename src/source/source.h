@@ -1,18 +1,19 @@
-/* The source interface: the consuming side of a broker (amqp.c, later nats, ...).
+/* The source interface: the consuming side of a broker (amqp.c, nats.c, redis.c, kafka.c).
  *
  * The consumer owns the source and calls it from its one thread. A source hands out batches of
- * messages and acknowledges them when told; it never decides about the database.
+ * messages and settles them when told (done, retry later, dead); it never decides about the
+ * database.
  *
- * Acknowledgements come in any order and late: the consumer keeps a failed message, and the
- * later messages of its aggregate, unacknowledged across any number of receives (copies of
- * them: the strings need not outlive the next receive) and acknowledges each by its tag when it
- * is done, while later messages of other aggregates are acknowledged at once. So a source must
- * keep every tag valid until it is acknowledged or requeued or the source reconnects; keep
- * such messages from being redelivered behind the consumer's back where the broker would after
- * a timeout (NATS: "in progress" within ack_wait); and, where the broker only takes a position
- * (a Kafka offset, say), never commit past the oldest message not acknowledged yet. receive
- * is called at least every 500 ms while messages are held, also with max = 0 when the consumer
- * takes no new ones (at consume.max_held), so a source can do such upkeep there. */
+ * Settlements come in any order and late: the consumer keeps a failed message, and the later
+ * messages of its aggregate, unsettled across any number of receives (copies of them: the
+ * strings need not outlive the next receive) and settles each by its tag when it is done, while
+ * later messages of other aggregates are settled at once. So a source must keep every tag valid
+ * until it is settled or the source reconnects; keep such messages from being redelivered
+ * behind the consumer's back where the broker would after a timeout (NATS: "in progress" within
+ * ack_wait); and, where the broker only takes a position (a Kafka offset, say), never commit
+ * past the oldest message not settled yet. receive is called at least every 500 ms while
+ * messages are held, also with max = 0 when the consumer takes no new ones (at
+ * consume.max_held), so a source can do such upkeep there. */
 #ifndef PB_SOURCE_SOURCE_H
 #define PB_SOURCE_SOURCE_H
 
@@ -26,7 +27,7 @@
 /* One received message. Strings are NUL-terminated and owned by the source: valid until the
  * next receive on it (or until it reconnects). */
 typedef struct pb_message {
-    uint64_t tag;            /* opaque: what ack/requeue take (a stale one fails, never acks another) */
+    uint64_t tag;            /* opaque: what settle takes (a stale one fails, never settles another) */
     const char *message_id;  /* message_id property or consume.message_id_header; NULL if none */
     const char *type;        /* type property, else header "event_type"; NULL if none */
     const char *aggregate_type; /* header "aggregate_type"; NULL if none */
@@ -50,6 +51,18 @@ typedef struct pb_message {
 
 typedef struct pb_source pb_source_t;
 
+/* What becomes of a message handed out (settle). */
+typedef enum pb_settle_how {
+    PB_SETTLE_DONE = 0, /* handled, or a duplicate */
+    PB_SETTLE_RETRY,    /* not now: to be handed out again later */
+    PB_SETTLE_DEAD,     /* moved to postbox.inbox_dead, never to be handled */
+} pb_settle_how_t;
+
+typedef struct pb_settle {
+    uint64_t tag;
+    pb_settle_how_t how;
+} pb_settle_t;
+
 typedef struct pb_source_ops {
     const char *name; /* "amqp" */
 
@@ -65,13 +78,14 @@ typedef struct pb_source_ops {
     pb_status_t (*receive)(pb_source_t *src, pb_message_t *msgs, size_t max, int64_t wait_ms,
                            int64_t batch_wait_ms, size_t *n, pb_error_t *err);
 
-    /* Acknowledges tag (and with multiple every earlier unacknowledged tag: the consumer uses
-     * it only when it holds nothing back). */
-    pb_status_t (*ack)(pb_source_t *src, uint64_t tag, bool multiple, pb_error_t *err);
-
-    /* Returns tag to the queue for redelivery (requeue). The consumer retries failed messages
-     * itself; it requeues only what it gives up on before exiting. */
-    pb_status_t (*requeue)(pb_source_t *src, uint64_t tag, pb_error_t *err);
+    /* Settles list[0..n), each by its tag: done (the broker forgets it), retry later (the broker
+     * hands it out again after about a second) or dead (the consumer keeps it in
+     * postbox.inbox_dead; the broker forgets it, and is told it failed where it has such a
+     * notion). The tags may come in any order; a source batches the frames as its broker
+     * allows. A tag from before a reconnect fails the call with PB_TRANSIENT before anything is
+     * settled (its message is redelivered anyway); PB_TRANSIENT also when the connection is
+     * lost meanwhile (what was not settled is redelivered, and the inbox absorbs it). */
+    pb_status_t (*settle)(pb_source_t *src, const pb_settle_t *list, size_t n, pb_error_t *err);
 
     /* Optional (NULL: none). Called while the consumer waits for the database: decodes the
      * deliveries that can be read without waiting and keeps them, at most max in all, for the

@@ -1,5 +1,5 @@
 /* Unit tests for the consume driver (consume/driver.c) without servers: a fake source that acts
- * as a broker queue (deliveries stay unacknowledged until acked; a lost connection redelivers
+ * as a broker queue (deliveries stay unsettled until settled; a lost connection redelivers
  * them) and a fake inbox that deduplicates by id, records each aggregate's effects in order, and
  * fails chosen messages a chosen number of times. The loop runs with --drain semantics until
  * the fake broker has nothing left. */
@@ -25,7 +25,9 @@ typedef struct fake_msg {
     char id[24], agg[16], body[48];
     int agg_no, k;        /* aggregate number and its k-th message */
     bool acked;
-    uint64_t delivered_as; /* tag while delivered and not acked/requeued, 0 when in the queue */
+    pb_settle_how_t settled_as; /* with acked: done or dead */
+    int retries;           /* times settled "retry later" */
+    uint64_t delivered_as; /* tag while delivered and not settled, 0 when in the queue */
 } fake_msg_t;
 
 typedef struct fake_source {
@@ -100,27 +102,21 @@ static fake_msg_t *by_tag(uint64_t tag)
     return NULL;
 }
 
-static pb_status_t src_ack(pb_source_t *s, uint64_t tag, bool multiple, pb_error_t *err)
+static pb_status_t src_settle(pb_source_t *s, const pb_settle_t *list, size_t n, pb_error_t *err)
 {
     (void)s;
     (void)err;
-    for (size_t i = 0; i < g_src.n; i++) {
-        fake_msg_t *f = &g_src.msgs[i];
-        if (f->delivered_as && (f->delivered_as == tag || (multiple && f->delivered_as < tag))) {
-            f->acked = true;
-            f->delivered_as = 0;
+    for (size_t i = 0; i < n; i++) {
+        fake_msg_t *f = by_tag(list[i].tag);
+        assert_non_null(f); /* settled once, and only what was handed out */
+        f->delivered_as = 0;
+        if (list[i].how == PB_SETTLE_RETRY) {
+            f->retries++;
+            continue;
         }
+        f->acked = true;
+        f->settled_as = list[i].how;
     }
-    return PB_OK;
-}
-
-static pb_status_t src_requeue(pb_source_t *s, uint64_t tag, pb_error_t *err)
-{
-    (void)s;
-    (void)err;
-    fake_msg_t *f = by_tag(tag);
-    assert_non_null(f);
-    f->delivered_as = 0;
     return PB_OK;
 }
 
@@ -143,8 +139,7 @@ static const pb_source_ops_t fake_source_ops = {
     .name = "fake",
     .connect = src_connect,
     .receive = src_receive,
-    .ack = src_ack,
-    .requeue = src_requeue,
+    .settle = src_settle,
     .pending = src_pending,
     .free = src_free,
 };
@@ -198,10 +193,10 @@ static pb_status_t inbox_handle(void *ctx, int lane, const pb_message_t *msgs,
     (void)err;
     pthread_mutex_lock(&g_inbox.lock);
     for (size_t i = 0; i < n; i++) {
-        v[i] = (pb_inbox_verdict_t){PB_INBOX_ACK, 0, 0};
+        v[i] = (pb_inbox_verdict_t){PB_INBOX_DONE, 0, 0};
         bool behind = false;
         for (size_t j = 0; j < i; j++)
-            behind |= v[j].action != PB_INBOX_ACK && pb_inbox_same_aggregate(&msgs[i], &msgs[j]);
+            behind |= !pb_inbox_settles(&v[j]) && pb_inbox_same_aggregate(&msgs[i], &msgs[j]);
         if (behind) {
             v[i].action = PB_INBOX_HOLD;
             continue;
@@ -213,6 +208,12 @@ static pb_status_t inbox_handle(void *ctx, int lane, const pb_message_t *msgs,
             continue;
         }
         g_inbox.attempts[x]++;
+        if (g_inbox.fails_left[x] < 0) { /* refused: to the dead letters at once */
+            g_inbox.handled[x] = true;
+            counts->dead++;
+            v[i] = (pb_inbox_verdict_t){PB_INBOX_DEAD, 0, 0};
+            continue;
+        }
         if (g_inbox.fails_left[x] > 0) {
             g_inbox.fails_left[x]--;
             counts->failed++;
@@ -356,6 +357,41 @@ static void byte_bound_takes_nothing_new_until_held_ones_go_on(void **state)
     assert_true(g_src.max_outstanding <= 6 + 16 + 1);
 }
 
+/* A message the inbox dead-letters is settled dead, the others done, and its aggregate goes on
+ * behind it. */
+static void dead_message_is_settled_dead_and_its_aggregate_goes_on(void **state)
+{
+    (void)state;
+    fill(2, 5, 8);
+    g_inbox.fails_left[0] = -1; /* aggregate 0's first message */
+    assert_int_equal(drive(), PB_OK);
+    assert_int_equal(g_inbox.n_effects[0], 4);
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(g_inbox.effects[0][k], k + 2);
+    assert_int_equal(g_inbox.n_effects[1], 5);
+    for (size_t i = 0; i < g_src.n; i++) {
+        assert_true(g_src.msgs[i].acked);
+        assert_int_equal(g_src.msgs[i].settled_as, i == 0 ? PB_SETTLE_DEAD : PB_SETTLE_DONE);
+    }
+}
+
+/* At consume.max_held, fresh messages of a held aggregate are settled "retry later": the broker
+ * hands them out again, and each still takes effect once, in order. */
+static void count_bound_settles_retry_later(void **state)
+{
+    (void)state;
+    fill(1, 30, 8);
+    g_cfg.consume_max_held = 3;
+    g_inbox.fails_left[0] = 2;
+    assert_int_equal(drive(), PB_OK);
+    assert_all_in_order(1, 30);
+    int retries = 0;
+    for (size_t i = 0; i < g_src.n; i++)
+        retries += g_src.msgs[i].retries;
+    assert_true(retries > 0);
+    assert_int_equal(g_inbox.duplicates, 0);
+}
+
 int main(void)
 {
     pb_log_set_level("error");
@@ -365,6 +401,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(lost_broker_connection_redelivers_and_the_inbox_absorbs, setup, teardown),
         cmocka_unit_test_setup_teardown(unreachable_database_is_waited_for, setup, teardown),
         cmocka_unit_test_setup_teardown(byte_bound_takes_nothing_new_until_held_ones_go_on, setup, teardown),
+        cmocka_unit_test_setup_teardown(dead_message_is_settled_dead_and_its_aggregate_goes_on, setup, teardown),
+        cmocka_unit_test_setup_teardown(count_bound_settles_retry_later, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

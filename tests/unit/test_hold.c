@@ -73,7 +73,7 @@ static size_t admit(pb_hold_t *h, pb_message_t *b, uint8_t *fl, size_t k, size_t
     return len;
 }
 
-static pb_inbox_verdict_t ack(void) { return (pb_inbox_verdict_t){PB_INBOX_ACK, 0, 0}; }
+static pb_inbox_verdict_t ack(void) { return (pb_inbox_verdict_t){PB_INBOX_DONE, 0, 0}; }
 static pb_inbox_verdict_t retry(int64_t ms) { return (pb_inbox_verdict_t){PB_INBOX_REQUEUE, ms, 0}; }
 static pb_inbox_verdict_t hold(int64_t expected) { return (pb_inbox_verdict_t){PB_INBOX_HOLD, 0, expected}; }
 
@@ -85,7 +85,7 @@ static void failed_message_holds_back_its_aggregate(void **state)
     pb_hold_t *h = pb_hold_new(60000);
     pb_message_t b[CAP];
     uint8_t fl[CAP];
-    uint64_t acks[CAP];
+    pb_settle_t acks[CAP];
     size_t n_acks;
     b[0] = msg("A", 0);
     b[1] = msg("B", 0);
@@ -99,7 +99,7 @@ static void failed_message_holds_back_its_aggregate(void **state)
     pb_inbox_verdict_t v[3] = {retry(100), hold(0), ack()};
     pb_hold_settle(h, b, v, 3, 0, acks, &n_acks);
     assert_int_equal(n_acks, 1);
-    assert_int_equal(acks[0], 2);
+    assert_int_equal(acks[0].tag, 2);
     assert_int_equal(pb_hold_count(h), 2);
     scribble(); /* the source's strings are gone: the hold has its own copies */
 
@@ -140,7 +140,7 @@ static void messages_without_aggregate_are_independent(void **state)
     pb_hold_t *h = pb_hold_new(60000);
     pb_message_t b[CAP];
     uint8_t fl[CAP];
-    uint64_t acks[CAP];
+    pb_settle_t acks[CAP];
     size_t n_acks;
     b[0] = msg(NULL, 0);
     b[1] = msg(NULL, 0);
@@ -167,7 +167,7 @@ static void early_message_waits_for_the_missing_one(void **state)
     pb_hold_t *h = pb_hold_new(60000);
     pb_message_t b[CAP];
     uint8_t fl[CAP];
-    uint64_t acks[CAP];
+    pb_settle_t acks[CAP];
     size_t n_acks;
     b[0] = msg("A", 3);
     b[1] = msg("A", 4);
@@ -207,7 +207,7 @@ static void gap_times_out(void **state)
     pb_hold_t *h = pb_hold_new(500);
     pb_message_t b[CAP];
     uint8_t fl[CAP];
-    uint64_t acks[CAP];
+    pb_settle_t acks[CAP];
     size_t n_acks;
     b[0] = msg("A", 1);
     b[1] = msg("A", 3);
@@ -235,7 +235,7 @@ static void held_behind_a_dead_letter_goes_on(void **state)
     pb_hold_t *h = pb_hold_new(60000);
     pb_message_t b[CAP];
     uint8_t fl[CAP];
-    uint64_t acks[CAP];
+    pb_settle_t acks[CAP];
     size_t n_acks;
     b[0] = msg("A", 0);
     b[1] = msg("A", 0);
@@ -255,7 +255,8 @@ static void full_hold_gives_back_all_but_gap_fillers(void **state)
     pb_hold_t *h = pb_hold_new(60000);
     pb_message_t b[CAP];
     uint8_t fl[CAP];
-    uint64_t acks[CAP], back[CAP];
+    pb_settle_t acks[CAP];
+    uint64_t back[CAP];
     size_t n_acks, n_back;
     b[0] = msg("A", 5);
     b[1] = msg("R", 0);
@@ -290,7 +291,7 @@ static void held_bytes_are_counted(void **state)
     (void)state;
     pb_message_t b[CAP];
     uint8_t fl[CAP];
-    uint64_t acks[CAP];
+    pb_settle_t acks[CAP];
     size_t n_acks;
     pb_hold_t *h = pb_hold_new(60000);
     b[0] = msg("A", 0);
@@ -381,7 +382,7 @@ static void simulated_consumer_keeps_order_and_lets_others_flow(void **state)
     pb_message_t b[CAP];
     uint8_t fl[CAP];
     pb_inbox_verdict_t v[CAP];
-    uint64_t acks[CAP];
+    pb_settle_t acks[CAP];
     size_t n_acks, acked = 0;
     int64_t now = 0;
     for (int round = 0; round < 2000 && acked < q_len; round++) {
