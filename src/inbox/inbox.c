@@ -168,51 +168,82 @@ static void put_array_text(pb_buf_t *b, const char *s)
     pb_buf_putc(b, '"');
 }
 
-/* Puts the array literals of the ids and the types of the messages in state ST_NEW into the
- * scratch buffer, one after the other; returns how many, and where the types start. */
+/* The parameters of the inbox rows' claim (pb_inbox_claim_batch, pb_inbox_claim_all): array
+ * literals of the messages in state ST_NEW, one after the other in the scratch buffer. */
+typedef enum claim_array { CLAIM_IDS, CLAIM_TYPES, CLAIM_AGG_TYPES, CLAIM_AGG_IDS, CLAIM_SEQS,
+                           CLAIM_ARRAYS } claim_array_t;
+
+static void put_claim_element(pb_buf_t *b, claim_array_t which, const pb_message_t *m)
+{
+    bool numbered = pb_inbox_seq_has(m); /* only numbered rows are folded by the purge */
+    switch (which) {
+    case CLAIM_IDS:
+        put_array_text(b, m->message_id);
+        break;
+    case CLAIM_TYPES:
+        if (m->type)
+            put_array_text(b, m->type);
+        else
+            pb_buf_puts(b, "NULL");
+        break;
+    case CLAIM_AGG_TYPES:
+        if (numbered)
+            put_array_text(b, pb_inbox_seq_type(m));
+        else
+            pb_buf_puts(b, "NULL");
+        break;
+    case CLAIM_AGG_IDS:
+        if (numbered)
+            put_array_text(b, m->aggregate_id);
+        else
+            pb_buf_puts(b, "NULL");
+        break;
+    default:
+        if (numbered)
+            pb_buf_printf(b, "%lld", (long long)m->sequence);
+        else
+            pb_buf_puts(b, "NULL");
+        break;
+    }
+}
+
+/* Fills params[1..CLAIM_ARRAYS] (params[0] is the consumer); returns how many rows. */
 static size_t put_claim_arrays(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
-                               size_t *types_at)
+                               const char *params[1 + CLAIM_ARRAYS])
 {
     pb_buf_t *b = &ib->scratch;
     pb_buf_reset(b);
-    pb_buf_putc(b, '{');
-    size_t ids = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (ib->state[i] != ST_NEW)
-            continue;
-        if (ids++)
-            pb_buf_putc(b, ',');
-        put_array_text(b, msgs[i].message_id);
+    size_t at[CLAIM_ARRAYS];
+    size_t rows = 0;
+    for (int a = 0; a < CLAIM_ARRAYS; a++) {
+        at[a] = b->len;
+        pb_buf_putc(b, '{');
+        rows = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (ib->state[i] != ST_NEW)
+                continue;
+            if (rows++)
+                pb_buf_putc(b, ',');
+            put_claim_element(b, (claim_array_t)a, &msgs[i]);
+        }
+        pb_buf_putc(b, '}');
+        pb_buf_putc(b, '\0');
     }
-    pb_buf_puts(b, "}");
-    *types_at = b->len + 1;
-    pb_buf_putc(b, '\0');
-    pb_buf_putc(b, '{');
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (ib->state[i] != ST_NEW)
-            continue;
-        if (k++)
-            pb_buf_putc(b, ',');
-        if (msgs[i].type)
-            put_array_text(b, msgs[i].type);
-        else
-            pb_buf_puts(b, "NULL");
-    }
-    pb_buf_putc(b, '}');
-    return ids;
+    params[0] = ib->cfg->consume_consumer;
+    for (int a = 0; a < CLAIM_ARRAYS; a++)
+        params[1 + a] = b->data + at[a]; /* the buffer is final: no more growth */
+    return rows;
 }
 
 /* Inserts the inbox rows of the batch; messages whose row existed already, or that repeat an
  * earlier message of the batch, become duplicates. */
 static pb_status_t claim_batch(pb_inbox_t *ib, const pb_message_t *msgs, size_t n, pb_error_t *err)
 {
-    pb_buf_t *b = &ib->scratch;
-    size_t types_at;
-    if (put_claim_arrays(ib, msgs, n, &types_at) == 0)
+    const char *params[1 + CLAIM_ARRAYS];
+    if (put_claim_arrays(ib, msgs, n, params) == 0)
         return PB_OK;
-    const char *params[3] = {ib->cfg->consume_consumer, b->data, b->data + types_at};
-    PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_claim_batch", 3, params, NULL, NULL, 0);
+    PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_claim_batch", 1 + CLAIM_ARRAYS, params,
+                                   NULL, NULL, 0);
     pb_status_t st = pb_pg_check(ib->conn, res, PGRES_TUPLES_OK, "inbox insert", err);
     if (st != PB_OK)
         return st;
@@ -424,15 +455,15 @@ static pb_status_t handle_fast(pb_inbox_t *ib, const pb_message_t *msgs, size_t 
     *committed = *handler_failed = false;
     for (size_t i = 0; i < n; i++)
         ib->state[i] = ST_NEW;
-    size_t types_at;
-    put_claim_arrays(ib, msgs, n, &types_at);
-    const char *cp[3] = {ib->cfg->consume_consumer, ib->scratch.data, ib->scratch.data + types_at};
+    const char *cp[1 + CLAIM_ARRAYS];
+    put_claim_arrays(ib, msgs, n, cp);
     if (PQenterPipelineMode(conn) != 1)
         return pb_fail(err, PB_TRANSIENT, "cannot enter pipeline mode: %s", PQerrorMessage(conn));
     /* the flush lets the server work on the claim while the handlers are put together */
     const size_t pre = ib->seq.n_order ? 3 : 2; /* statements before the handlers */
     bool sent = send_simple(conn, "BEGIN") &&
-                PQsendQueryPrepared(conn, "pb_inbox_claim_all", 3, cp, NULL, NULL, 0) == 1 &&
+                PQsendQueryPrepared(conn, "pb_inbox_claim_all", 1 + CLAIM_ARRAYS, cp, NULL, NULL,
+                                    0) == 1 &&
                 (pre == 2 || PQsendQueryPrepared(conn, ib->seq_stmt, 5, ib->seq_params,
                                                  NULL, NULL, 0) == 1) &&
                 PQflush(conn) == 0;
@@ -548,11 +579,16 @@ static pb_status_t settle_failure(pb_inbox_t *ib, const pb_message_t *m, int sta
         headers = kept.data;
     }
     json_decref(parsed);
-    const char *dp[9] = {cfg->consume_consumer, m->message_id, m->type, m->exchange,
-                         m->routing_key, headers, m->body, error, attempts_text};
-    int lengths[9] = {0, 0, 0, 0, 0, 0, (int)m->body_len, 0, 0};
-    int formats[9] = {0, 0, 0, 0, 0, 0, 1, 0, 0};
-    PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_dead", 9, dp, lengths, formats, 0);
+    bool numbered = pb_inbox_seq_has(m);
+    char seq_text[24];
+    snprintf(seq_text, sizeof seq_text, "%lld", (long long)m->sequence);
+    const char *dp[12] = {cfg->consume_consumer, m->message_id, m->type, m->exchange,
+                          m->routing_key, headers, m->body, error, attempts_text,
+                          numbered ? pb_inbox_seq_type(m) : NULL,
+                          numbered ? m->aggregate_id : NULL, numbered ? seq_text : NULL};
+    int lengths[12] = {0, 0, 0, 0, 0, 0, (int)m->body_len, 0, 0, 0, 0, 0};
+    int formats[12] = {0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0};
+    PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_dead", 12, dp, lengths, formats, 0);
     pb_buf_free(&kept);
     if ((st = pb_pg_check(ib->conn, res, PGRES_COMMAND_OK, "write inbox dead letter", err)) != PB_OK)
         return st;
@@ -637,6 +673,15 @@ static pb_status_t handle_in_tx(pb_inbox_t *ib, const pb_message_t *msgs, const 
     }
     if ((st = claim_batch(ib, msgs, n, err)) != PB_OK)
         return st;
+    /* ib->settled is free until the sequences are stored: the new ids to ask about */
+    for (size_t i = 0; i < n; i++)
+        ib->settled[i] = ib->state[i] == ST_NEW;
+    if ((st = pb_inbox_seq_purged(&ib->seq, ib->conn, ib->cfg->consume_consumer, msgs, n,
+                                  ib->settled, err)) != PB_OK)
+        return st;
+    for (size_t i = 0; i < n; i++)
+        if (ib->settled[i])
+            ib->state[i] = ST_DUP; /* handled before the purge deleted its row */
     for (size_t i = 0; i < n; i++) {
         char why[512];
         /* new to the inbox, yet handed out again and again: each consumer that took it died

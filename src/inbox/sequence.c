@@ -18,6 +18,7 @@ void pb_inbox_seq_free(pb_inbox_seq_t *sq)
     free(sq->expected);
     free(sq->cls);
     free(sq->disorder);
+    free(sq->purged);
     for (int k = 0; k < 4; k++)
         pb_buf_free(&sq->text[k]);
     bool wait = sq->wait_for_gaps;
@@ -39,15 +40,7 @@ static int compare_entries(const void *pa, const void *pb)
     return c ? c : (a->index > b->index) - (a->index < b->index);
 }
 
-static const char *type_of(const pb_message_t *m)
-{
-    return m->aggregate_type ? m->aggregate_type : "";
-}
-
-static bool has_sequence(const pb_message_t *m)
-{
-    return m->sequence > 0 && m->aggregate_id;
-}
+#define type_of pb_inbox_seq_type
 
 size_t pb_inbox_seq_group(pb_inbox_seq_t *sq, const pb_message_t *msgs, size_t n)
 {
@@ -57,14 +50,16 @@ size_t pb_inbox_seq_group(pb_inbox_seq_t *sq, const pb_message_t *msgs, size_t n
         sq->expected = pb_realloc(sq->expected, n * sizeof *sq->expected);
         sq->cls = pb_realloc(sq->cls, n);
         sq->disorder = pb_realloc(sq->disorder, n);
+        sq->purged = pb_realloc(sq->purged, n);
         sq->cap = n;
     }
     memset(sq->cls, PB_SEQ_NONE, n);
+    memset(sq->purged, 0, n);
     memset(sq->disorder, PB_DISORDER_NONE, n);
     entry_t *e = pb_malloc((n ? n : 1) * sizeof *e);
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (has_sequence(&msgs[i]))
+        if (pb_inbox_seq_has(&msgs[i]))
             e[k++] = (entry_t){type_of(&msgs[i]), msgs[i].aggregate_id, i};
     qsort(e, k, sizeof *e, compare_entries);
     for (size_t j = 0; j < k; j++)
@@ -165,23 +160,30 @@ pb_status_t pb_inbox_seq_check(pb_inbox_seq_t *sq, PGconn *conn, const char *con
     if (st != PB_OK)
         return st;
     int64_t *last = pb_malloc(groups * sizeof *last);
+    bool *purged = pb_malloc(groups);
     memset(last, 0, groups * sizeof *last);
+    memset(purged, 0, groups);
     for (int r = 0; r < PQntuples(res); r++) {
         long long o = strtoll(PQgetvalue(res, r, 0), NULL, 10);
-        if (o >= 1 && (size_t)o <= groups)
+        if (o >= 1 && (size_t)o <= groups) {
             last[o - 1] = strtoll(PQgetvalue(res, r, 1), NULL, 10);
+            purged[o - 1] = PQgetvalue(res, r, 2)[0] == 't';
+        }
     }
     PQclear(res);
     size_t g = 0;
     int64_t base = 0, expected = 1;
+    bool folded = false;
     for (size_t j = 0; j < sq->n_order; j++) {
         size_t i = sq->order[j];
         int64_t seq = msgs[i].sequence;
         if (starts_group(sq, msgs, j)) {
+            folded = purged[g];
             base = last[g++];
             expected = base + 1;
         }
         sq->base[i] = base;
+        sq->purged[i] = folded;
         if (flags && (flags[i] & PB_INBOX_SKIP_GAP) && seq > expected) {
             char missing[48];
             if (seq - 1 > expected)
@@ -210,7 +212,45 @@ pb_status_t pb_inbox_seq_check(pb_inbox_seq_t *sq, PGconn *conn, const char *con
         }
     }
     free(last);
+    free(purged);
     return PB_OK;
+}
+
+pb_status_t pb_inbox_seq_purged(pb_inbox_seq_t *sq, PGconn *conn, const char *consumer,
+                                const pb_message_t *msgs, size_t n, bool *look, pb_error_t *err)
+{
+    size_t *asked = pb_malloc((n ? n : 1) * sizeof *asked);
+    size_t k = 0;
+    reset_arrays(sq, 4);
+    for (size_t i = 0; i < n; i++) {
+        if (look[i] && sq->cls[i] == PB_SEQ_LATE && sq->purged[i] && msgs[i].timestamp > 0) {
+            put_text(&sq->text[0], type_of(&msgs[i]));
+            put_text(&sq->text[1], msgs[i].aggregate_id);
+            put_number(&sq->text[2], msgs[i].sequence);
+            put_number(&sq->text[3], msgs[i].timestamp);
+            asked[k++] = i;
+        }
+        look[i] = false;
+    }
+    close_arrays(sq, 4);
+    if (k == 0) {
+        free(asked);
+        return PB_OK;
+    }
+    const char *params[5] = {consumer, sq->text[0].data, sq->text[1].data, sq->text[2].data,
+                             sq->text[3].data};
+    PGresult *res = PQexecPrepared(conn, "pb_inbox_seq_purged", 5, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "read purged sequences", err);
+    if (st == PB_OK) {
+        for (int r = 0; r < PQntuples(res); r++) {
+            long long o = strtoll(PQgetvalue(res, r, 0), NULL, 10);
+            if (o >= 1 && (size_t)o <= k)
+                look[asked[o - 1]] = true;
+        }
+        PQclear(res);
+    }
+    free(asked);
+    return st;
 }
 
 pb_status_t pb_inbox_seq_store(pb_inbox_seq_t *sq, PGconn *conn, const char *consumer,

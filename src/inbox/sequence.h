@@ -4,7 +4,8 @@
  * PB_SEQUENCE_HEADER:
  *   at or below the highest one: late (delivered late, a producer whose numbering restarted, a
  *                                forged number before it): handled if its id is new, and
- *                                counted as out of order; the number never makes a duplicate;
+ *                                counted as out of order, unless the retention purge saw its
+ *                                number handled (pb_inbox_seq_purged);
  *   the next one:                to be handled (and the one after it in the batch, and so on);
  *   beyond the next one:         when the consumer waits for gaps (its subscription takes every
  *                                event of the aggregate), early: held until the missing ones
@@ -39,6 +40,17 @@ typedef enum pb_seq_disorder {
     PB_DISORDER_GAP_SKIPPED, /* handled without the missing numbers before it (gap_timeout) */
 } pb_seq_disorder_t;
 
+/* The order key's type part (aggregate_type, "" when none), and whether m is looked at. */
+static inline const char *pb_inbox_seq_type(const pb_message_t *m)
+{
+    return m->aggregate_type ? m->aggregate_type : "";
+}
+
+static inline bool pb_inbox_seq_has(const pb_message_t *m)
+{
+    return m->sequence > 0 && m->aggregate_id;
+}
+
 typedef struct pb_inbox_seq {
     size_t *order;     /* the messages with a sequence number, grouped by aggregate */
     size_t n_order;
@@ -46,6 +58,7 @@ typedef struct pb_inbox_seq {
     int64_t *expected; /* per message, PB_SEQ_EARLY: the number its aggregate waits for */
     uint8_t *cls;      /* per message: pb_seq_class_t */
     uint8_t *disorder; /* per message: pb_seq_disorder_t */
+    uint8_t *purged;   /* per message: its aggregate has numbers the retention purge folded */
     size_t cap;
     bool wait_for_gaps; /* set by the owner: the subscription takes every event of an aggregate */
     pb_buf_t text[4];  /* array literals of a statement's parameters */
@@ -71,6 +84,15 @@ bool pb_inbox_seq_fast(pb_inbox_seq_t *sq, const pb_message_t *msgs, const uint8
 pb_status_t pb_inbox_seq_check(pb_inbox_seq_t *sq, PGconn *conn, const char *consumer,
                                const pb_message_t *msgs, const uint8_t *flags, size_t n,
                                pb_error_t *err) PB_MUSTCHECK;
+
+/* The careful path, after pb_inbox_seq_check: the late messages that the retention purge saw
+ * handled (sql/012). In: look[i] for the messages whose id is new to the inbox. Out: look[i]
+ * stays true only for a late message whose number is in its aggregate's purged set and which
+ * is stamped (pb_message_t.timestamp) no later than an hour after the latest purged row's
+ * receipt: a duplicate. A message without a stamp is never one. */
+pb_status_t pb_inbox_seq_purged(pb_inbox_seq_t *sq, PGconn *conn, const char *consumer,
+                                const pb_message_t *msgs, size_t n, bool *look,
+                                pb_error_t *err) PB_MUSTCHECK;
 
 /* After the handlers, in the same transaction: moves each aggregate's last handled number to
  * the highest of its messages with settled[i] (handled, duplicate or dead-lettered). */

@@ -6,15 +6,21 @@
  * through the primary key whatever the planner thinks of the table, skips repeats within the
  * batch, and waits for a concurrent consumer's insert of the same id to commit or roll back. */
 static const char inbox_claim_batch_sql[] =
-    "INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
-    "SELECT $1, u.id, u.type, now() FROM unnest($2::text[], $3::text[]) AS u(id, type) "
+    "INSERT INTO postbox.inbox (consumer, message_id, message_type, aggregate_type, aggregate_id, "
+    "    aggregate_sequence, processed_at) "
+    "SELECT $1, u.id, u.type, u.at, u.ai, u.seq, now() "
+    "FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[]) "
+    "    AS u(id, type, at, ai, seq) "
     "ON CONFLICT DO NOTHING RETURNING message_id";
 /* The fast path's claim: a plain INSERT, which fails (aborting the transaction, so that no
  * handler runs) unless every row is new. Without ON CONFLICT it also skips the speculative
  * insertion, a tenth of the server's work per message. */
 static const char inbox_claim_all_sql[] =
-    "INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
-    "SELECT $1, u.id, u.type, now() FROM unnest($2::text[], $3::text[]) AS u(id, type)";
+    "INSERT INTO postbox.inbox (consumer, message_id, message_type, aggregate_type, aggregate_id, "
+    "    aggregate_sequence, processed_at) "
+    "SELECT $1, u.id, u.type, u.at, u.ai, u.seq, now() "
+    "FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[]) "
+    "    AS u(id, type, at, ai, seq)";
 /* A failed handler gives its message's row back, so that the retry is not taken for a
  * duplicate. */
 static const char inbox_release_sql[] =
@@ -28,8 +34,10 @@ static const char inbox_fail_sql[] =
  * a duplicate instead of failing all over again. */
 static const char inbox_dead_sql[] =
     "WITH cleared AS (DELETE FROM postbox.inbox_failures WHERE consumer = $1 AND message_id = $2), "
-    "marked AS (INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
-    "           SELECT $1, $2, $3, NULL WHERE $2 IS NOT NULL ON CONFLICT DO NOTHING) "
+    "marked AS (INSERT INTO postbox.inbox (consumer, message_id, message_type, aggregate_type, "
+    "               aggregate_id, aggregate_sequence, processed_at) "
+    "           SELECT $1, $2, $3, $10, $11, $12::bigint, NULL WHERE $2 IS NOT NULL "
+    "           ON CONFLICT DO NOTHING) "
     "INSERT INTO postbox.inbox_dead (consumer, message_id, message_type, exchange, routing_key, "
     "    headers, body, error, attempts) "
     "VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::bytea, $8, $9::integer)";
@@ -47,7 +55,7 @@ static const char inbox_clear_sql[] =
 /* The rows of the batch's aggregates, locked for the transaction (another consumer process of
  * the same consumer waits), with the position of each in the parameter arrays. */
 static const char inbox_seq_get_sql[] =
-    "SELECT w.o, s.last_sequence FROM postbox.inbox_sequences s "
+    "SELECT w.o, s.last_sequence, s.purged IS NOT NULL FROM postbox.inbox_sequences s "
     "JOIN unnest($2::text[], $3::text[]) WITH ORDINALITY AS w(t, i, o) "
     "  ON s.aggregate_type = w.t AND s.aggregate_id = w.i "
     "WHERE s.consumer = $1 FOR UPDATE OF s";
@@ -57,6 +65,15 @@ static const char inbox_seq_put_sql[] =
     "SELECT $1, w.t, w.i, w.l FROM unnest($2::text[], $3::text[], $4::bigint[]) AS w(t, i, l) "
     "ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE "
     "SET last_sequence = greatest(s.last_sequence, EXCLUDED.last_sequence), updated_at = now()";
+/* Of the late messages asked about (type, id, number, stamp in unix seconds), the positions of
+ * those whose number the retention purge folded into the aggregate's row (sql/012); an hour of
+ * slack for the broker's or producer's clock against the database's. */
+static const char inbox_seq_purged_sql[] =
+    "SELECT w.o FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[]) "
+    "    WITH ORDINALITY AS w(t, i, q, at, o) "
+    "JOIN postbox.inbox_sequences s "
+    "  ON s.consumer = $1 AND s.aggregate_type = w.t AND s.aggregate_id = w.i "
+    "WHERE s.purged @> w.q AND to_timestamp(w.at) <= s.purged_before + interval '1 hour'";
 static const char inbox_seq_advance_sql[] =
     "SELECT postbox.inbox_advance($1, $2::text[], $3::text[], $4::bigint[], $5::bigint[])";
 static const char inbox_seq_advance_past_sql[] =
@@ -74,6 +91,7 @@ static const pb_pg_statement_t statements[] = {
     {"pb_inbox_clear", inbox_clear_sql},
     {"pb_inbox_seq_get", inbox_seq_get_sql},
     {"pb_inbox_seq_put", inbox_seq_put_sql},
+    {"pb_inbox_seq_purged", inbox_seq_purged_sql},
     {"pb_inbox_seq_advance", inbox_seq_advance_sql},
     {"pb_inbox_seq_advance_past", inbox_seq_advance_past_sql},
 };

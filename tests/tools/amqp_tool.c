@@ -29,7 +29,9 @@
  *       an earlier batch's message of its aggregate is confirmed); --sequence: also the header
  *       aggregate_sequence (an integer), as the relay sends it
  *   amqp-tool publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT] [--header KEY=VALUE...]
+ *                     [--timestamp UNIX_SECONDS]
  *       COUNT (default 1) copies of one persistent message, mandatory, with publisher confirms
+ *       and the timestamp property (default: now)
  *       (BODY @FILE: the bytes of FILE, NUL bytes included):
  *       the same message_id each time (an empty MESSAGE_ID: no message_id property; an empty
  *       TYPE: no type property), content_type application/json; exit 1 when one is returned
@@ -582,10 +584,17 @@ static int cmd_publish_raw(int argc, char **argv)
 
 static int cmd_publish(int argc, char **argv)
 {
-    /* --header KEY=VALUE (text headers, any number), anywhere after the command */
+    /* --header KEY=VALUE (text headers, any number) and --timestamp S, anywhere after the
+     * command */
     amqp_table_entry_t headers[16];
     int n_headers = 0, kept = 0;
+    uint64_t stamp = (uint64_t)time(NULL);
     for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--timestamp") == 0) {
+            stamp = (uint64_t)parse_long(i + 1 < argc ? argv[++i] : "", "--timestamp", 1,
+                                         4102444800L);
+            continue;
+        }
         if (strcmp(argv[i], "--header") != 0) {
             argv[kept++] = argv[i];
             continue;
@@ -601,7 +610,7 @@ static int cmd_publish(int argc, char **argv)
     argc = kept;
     if (argc != 6 && argc != 7)
         die("usage: publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT] "
-            "[--header KEY=VALUE...]");
+            "[--header KEY=VALUE...] [--timestamp UNIX_SECONDS]");
     const char *url = argv[0];
     amqp_bytes_t exchange = amqp_cstring_bytes(argv[1]);
     amqp_bytes_t rkey = amqp_cstring_bytes(argv[2]);
@@ -640,7 +649,7 @@ static int cmd_publish(int argc, char **argv)
                    AMQP_BASIC_TIMESTAMP_FLAG | AMQP_BASIC_APP_ID_FLAG;
     props.content_type = amqp_cstring_bytes("application/json");
     props.delivery_mode = AMQP_DELIVERY_PERSISTENT;
-    props.timestamp = (uint64_t)time(NULL);
+    props.timestamp = stamp;
     props.app_id = amqp_cstring_bytes("amqp-tool");
     if (*id) {
         props._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
