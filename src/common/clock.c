@@ -1,6 +1,7 @@
 #include "common/clock.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <time.h>
 
 int64_t pb_monotonic_ms(void)
@@ -32,4 +33,18 @@ struct timeval pb_ms_timeval(int64_t ms)
         ms = 0;
     struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
     return tv;
+}
+
+void pb_format_utc_us(int64_t us, char *out, size_t n)
+{
+    time_t sec = (time_t)(us / 1000000);
+    long frac = (long)(us % 1000000);
+    if (frac < 0) {
+        sec--;
+        frac += 1000000;
+    }
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    size_t k = strftime(out, n, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + k, n - k, ".%06ldZ", frac);
 }

@@ -324,6 +324,9 @@ static void produce(kafka_sink_t *s, size_t i)
     if (!h)
         return;
     const char *key = ev->aggregate_id ? ev->aggregate_id : "";
+    /* the record's timestamp is the event's (CreateTime); 0 lets librdkafka take the send time.
+     * A topic with message.timestamp.type=LogAppendTime has the broker's instead */
+    int64_t stamp_ms = ev->created_at_us > 0 ? ev->created_at_us / 1000 : 0;
     int64_t give_up = pb_monotonic_ms() + s->message_timeout_ms;
     rd_kafka_resp_err_t e;
     rd_kafka_topic_t *rkt = topic_handle(s, topic);
@@ -331,10 +334,12 @@ static void produce(kafka_sink_t *s, size_t i)
         e = rkt ? rd_kafka_producev(s->rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_KEY(key, strlen(key)),
                               RD_KAFKA_V_VALUE((void *)(uintptr_t)ev->payload, ev->payload_len),
                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+                              RD_KAFKA_V_TIMESTAMP(stamp_ms),
                               RD_KAFKA_V_OPAQUE((void *)(uintptr_t)(i + 1)), RD_KAFKA_V_END)
                 : rd_kafka_producev(s->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, strlen(key)),
                               RD_KAFKA_V_VALUE((void *)(uintptr_t)ev->payload, ev->payload_len),
                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+                              RD_KAFKA_V_TIMESTAMP(stamp_ms),
                               RD_KAFKA_V_OPAQUE((void *)(uintptr_t)(i + 1)), RD_KAFKA_V_END);
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || pb_monotonic_ms() > give_up || s->fatal)
             break;

@@ -402,10 +402,14 @@ static natsMsg *build_msg(nats_sink_t *s, const pb_event_t *ev, const char *subj
     char seq[24] = "";
     if (ev->sequence > 0)
         snprintf(seq, sizeof seq, "%lld", (long long)ev->sequence);
-    static const char *const keys[5] = {MSGID_HDR, "event_type", "aggregate_type", "aggregate_id",
-                                        PB_SEQUENCE_HEADER};
-    const char *vals[5] = {ev->event_id, ev->event_type, ev->aggregate_type, ev->aggregate_id, seq};
-    for (int k = 0; k < 5; k++) {
+    char created[PB_UTC_TEXT_LEN] = "";
+    if (ev->created_at_us > 0)
+        pb_format_utc_us(ev->created_at_us, created, sizeof created);
+    static const char *const keys[6] = {MSGID_HDR,      "event_type",       "aggregate_type",
+                                        "aggregate_id", PB_SEQUENCE_HEADER, "created_at"};
+    const char *vals[6] = {ev->event_id,     ev->event_type, ev->aggregate_type,
+                           ev->aggregate_id, seq,            created};
+    for (int k = 0; k < 6; k++) {
         if (!vals[k] || !*vals[k])
             continue;
         if (strpbrk(vals[k], "\r\n")) {

@@ -191,21 +191,6 @@ static bool sink_check(pb_sink_t *snk, const pb_event_t *ev, pb_result_t *res)
     return true;
 }
 
-/* created_at as "2026-12-01T11:00:00.123456Z". */
-static void format_created(int64_t us, char *out, size_t n)
-{
-    time_t sec = (time_t)(us / 1000000);
-    long frac = (long)(us % 1000000);
-    if (frac < 0) {
-        sec--;
-        frac += 1000000;
-    }
-    struct tm tm;
-    gmtime_r(&sec, &tm);
-    size_t k = strftime(out, n, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out + k, n - k, ".%06ldZ", frac);
-}
-
 /* Appends the XADD of ev to the connection's output buffer. False when hiredis cannot. */
 static bool append_xadd(redis_sink_t *s, const pb_event_t *ev, const char *stream,
                         const char **bound, int nbound)
@@ -233,7 +218,7 @@ static bool append_xadd(redis_sink_t *s, const pb_event_t *ev, const char *strea
     ARG(ev->payload ? ev->payload : "", ev->payload ? ev->payload_len : 0);
     STR_ARG("headers");
     STR_ARG(ev->headers && *ev->headers ? ev->headers : "{}");
-    format_created(ev->created_at_us, created, sizeof created);
+    pb_format_utc_us(ev->created_at_us, created, sizeof created);
     STR_ARG("created_at");
     STR_ARG(created);
     if (ev->sequence > 0) {
