@@ -61,24 +61,6 @@ typedef struct amqp_sink {
 
 static const pb_sink_ops_t amqp_ops;
 
-static pb_status_t setup_exchange(amqp_sink_t *s, pb_error_t *err)
-{
-    const pb_config_t *cfg = s->base.cfg;
-    const char *ex = cfg->amqp_exchange;
-    if (!*ex)
-        return PB_OK; /* the default exchange always exists and cannot be declared */
-    bool declare = cfg->amqp_declare_exchange;
-    if (amqp_exchange_declare(s->link.conn, CHANNEL, amqp_cstring_bytes(ex),
-                              amqp_cstring_bytes(cfg->amqp_exchange_type), !declare, declare, 0, 0,
-                              amqp_empty_table))
-        return PB_OK;
-
-    char mismatch[96];
-    snprintf(mismatch, sizeof mismatch, "but is not a durable %s exchange", cfg->amqp_exchange_type);
-    return pb_amqp_link_declare_failed(&s->link, "exchange", ex, s->url.vhost, s->url.user, declare,
-                                       "amqp.declare_exchange", mismatch, err);
-}
-
 /* Opens CHANNEL, prepares the exchange and turns on publisher confirms. On failure the channel
  * is closed; the connection may be too (s->link.conn NULL). */
 static pb_status_t setup_channel(void *arg, pb_error_t *err)
@@ -86,7 +68,8 @@ static pb_status_t setup_channel(void *arg, pb_error_t *err)
     amqp_sink_t *s = arg;
     pb_status_t st = pb_amqp_link_channel_open(&s->link, err);
     if (st == PB_OK)
-        st = setup_exchange(s, err);
+        st = pb_amqp_link_setup_exchange(&s->link, s->base.cfg, s->url.vhost, s->url.user,
+                                         err);
     if (st != PB_OK)
         return st;
     char buf[320];

@@ -141,26 +141,6 @@ static pb_status_t lost(amqp_source_t *s, pb_error_t *err, const char *fmt, ...)
 
 /* ---- connect -------------------------------------------------------------------------------- */
 
-static pb_status_t declare_exchange(amqp_source_t *s, pb_error_t *err)
-{
-    const pb_config_t *cfg = s->base.cfg;
-    const char *ex = cfg->amqp_exchange;
-    if (amqp_exchange_declare(s->link.conn, CHANNEL, cbytes(ex), cbytes(cfg->amqp_exchange_type), 0,
-                              1, 0, 0, amqp_empty_table))
-        return PB_OK;
-    char buf[320];
-    unsigned code = pb_amqp_link_rpc_failed(&s->link, "declare exchange", buf, sizeof buf);
-    if (code == AMQP_PRECONDITION_FAILED)
-        return pb_fail(err, PB_FATAL,
-                       "exchange \"%s\" exists on vhost \"%s\" but is not a durable %s "
-                       "exchange: %s", ex, s->url.vhost, cfg->amqp_exchange_type, buf);
-    if (code == AMQP_ACCESS_REFUSED)
-        return pb_fail(err, PB_FATAL,
-                       "user \"%s\" may not declare exchange \"%s\" on vhost \"%s\": %s",
-                       s->url.user, ex, s->url.vhost, buf);
-    return pb_fail(err, PB_TRANSIENT, "%s", buf);
-}
-
 static amqp_table_entry_t str_arg(const char *key, const char *value)
 {
     amqp_table_entry_t e = {.key = cbytes(key)};
@@ -278,7 +258,8 @@ static pb_status_t setup_channel(void *arg, pb_error_t *err)
     s->outstanding = 0;
     s->epoch = (s->epoch + 1) & TAG_EPOCH_MASK;
     bool bind = cfg->amqp_queue_declare && s->nbindings > 0;
-    if (bind && cfg->amqp_declare_exchange && (st = declare_exchange(s, err)) != PB_OK)
+    if (bind && cfg->amqp_declare_exchange &&
+        (st = pb_amqp_link_setup_exchange(&s->link, cfg, s->url.vhost, s->url.user, err)) != PB_OK)
         return st;
     if ((st = declare_queue(s, err)) != PB_OK)
         return st;

@@ -3,8 +3,8 @@
  * what the relay did from the outside.
  *
  *   amqp-tool setup URL EXCHANGE QUEUE BINDING_KEY...
- *       declare EXCHANGE (topic, durable) and QUEUE (durable, classic), purge QUEUE, bind it
- *       with every BINDING_KEY
+ *       declare EXCHANGE (topic, durable; fanout:NAME a fanout one) and QUEUE (durable,
+ *       classic), purge QUEUE, bind it with every BINDING_KEY
  *   amqp-tool delete URL QUEUE
  *   amqp-tool delete-exchange URL EXCHANGE
  *   amqp-tool drain URL QUEUE [--expect N] [--idle-ms MS] [--timeout-s S]
@@ -149,10 +149,12 @@ static int cmd_setup(int argc, char **argv)
     if (argc < 4)
         die("usage: setup URL EXCHANGE QUEUE BINDING_KEY...");
     amqp_connection_state_t conn = open_url(argv[0]);
-    amqp_bytes_t ex = amqp_cstring_bytes(argv[1]);
+    bool fanout = strncmp(argv[1], "fanout:", 7) == 0;
+    amqp_bytes_t ex = amqp_cstring_bytes(argv[1] + (fanout ? 7 : 0));
     amqp_bytes_t q = amqp_cstring_bytes(argv[2]);
 
-    amqp_exchange_declare(conn, CHANNEL, ex, amqp_cstring_bytes("topic"), 0, 1, 0, 0, amqp_empty_table);
+    amqp_exchange_declare(conn, CHANNEL, ex, amqp_cstring_bytes(fanout ? "fanout" : "topic"), 0, 1,
+                          0, 0, amqp_empty_table);
     check_reply(amqp_get_rpc_reply(conn), "exchange.declare");
     amqp_queue_declare(conn, CHANNEL, q, 0, 1, 0, 0, amqp_empty_table);
     check_reply(amqp_get_rpc_reply(conn), "queue.declare");

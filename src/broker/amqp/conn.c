@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "broker/amqp/url.h"
+#include "config/config.h"
 
 void pb_amqp_link_drop(pb_amqp_link_t *lk)
 {
@@ -100,6 +101,39 @@ pb_status_t pb_amqp_link_declare_failed(pb_amqp_link_t *lk, const char *kind, co
     /* 405 RESOURCE_LOCKED (a queue exclusive to another connection, which may go away), or
      * the connection was lost */
     return pb_fail(err, PB_TRANSIENT, "%s", buf);
+}
+
+pb_status_t pb_amqp_link_setup_exchange(pb_amqp_link_t *lk, const pb_config_t *cfg,
+                                        const char *vhost, const char *user, pb_error_t *err)
+{
+    const char *ex = cfg->amqp_exchange, *alt = cfg->amqp_alternate_exchange;
+    bool declare = cfg->amqp_declare_exchange;
+    if (!*ex)
+        return PB_OK; /* the default exchange always exists and cannot be declared */
+    if (declare && *alt &&
+        !amqp_exchange_declare(lk->conn, PB_AMQP_LINK_CHANNEL, amqp_cstring_bytes(alt),
+                               amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table))
+        return pb_amqp_link_declare_failed(lk, "exchange", alt, vhost, user, true,
+                                           "amqp.declare_exchange",
+                                           "but is not a durable fanout exchange "
+                                           "(amqp.alternate_exchange)", err);
+    amqp_table_entry_t arg = {.key = amqp_cstring_bytes("alternate-exchange")};
+    arg.value.kind = AMQP_FIELD_KIND_UTF8;
+    arg.value.value.bytes = amqp_cstring_bytes(alt);
+    amqp_table_t args = *alt && declare ? (amqp_table_t){1, &arg} : amqp_empty_table;
+    if (amqp_exchange_declare(lk->conn, PB_AMQP_LINK_CHANNEL, amqp_cstring_bytes(ex),
+                              amqp_cstring_bytes(cfg->amqp_exchange_type), !declare, declare, 0,
+                              0, args))
+        return PB_OK;
+    char mismatch[160];
+    if (*alt)
+        snprintf(mismatch, sizeof mismatch, "but not as a durable %s exchange with alternate "
+                 "exchange \"%s\"", cfg->amqp_exchange_type, alt);
+    else
+        snprintf(mismatch, sizeof mismatch, "but is not a durable %s exchange",
+                 cfg->amqp_exchange_type);
+    return pb_amqp_link_declare_failed(lk, "exchange", ex, vhost, user, declare,
+                                       "amqp.declare_exchange", mismatch, err);
 }
 
 int pb_amqp_link_wait_frame(pb_amqp_link_t *lk, amqp_frame_t *f, int64_t deadline_ms)

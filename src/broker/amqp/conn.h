@@ -92,6 +92,18 @@ pb_status_t pb_amqp_link_declare_failed(pb_amqp_link_t *lk, const char *kind, co
                                         pb_error_t *err);
 
 /**
+ * @brief Declares amqp.exchange (durable, amqp.exchange_type) when amqp.declare_exchange, else
+ * checks passively that it exists; with amqp.alternate_exchange set, that exchange is declared
+ * first (durable fanout) and named in the main one's alternate-exchange argument, so that what
+ * no binding routes lands there instead of coming back unroutable. The relay and the consumer
+ * both declare through here, so neither redeclares the exchange differently. The default
+ * exchange ("") is left alone.
+ */
+pb_status_t pb_amqp_link_setup_exchange(pb_amqp_link_t *lk, const struct pb_config *cfg,
+                                        const char *vhost, const char *user,
+                                        pb_error_t *err) PB_MUSTCHECK;
+
+/**
  * @brief Waits for the next frame until deadline_ms (pb_monotonic_ms clock). A passed deadline
  * still polls once: frames already buffered or readable at once are returned.
  * @returns AMQP_STATUS_OK with *f filled (its payload lives in rabbitmq-c's pools until the next
