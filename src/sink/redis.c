@@ -32,6 +32,7 @@
 #include "broker/redis/conn.h"
 #include "broker/redis/stats.h"
 #include "common/clock.h"
+#include "common/json_span.h"
 #include "common/log.h"
 #include "common/route.h"
 #include "common/str.h"
@@ -43,7 +44,7 @@
 #define IDLE_PING_MS 10000
 #define IDMP_MAJOR 8 /* XADD ... IDMP (idempotent production) exists from Redis 8.6 */
 #define IDMP_MINOR 6
-#define XADD_ARGS_MAX 22
+#define XADD_ARGS_MAX 26
 #define SAMPLED_STREAMS 64 /* streams whose length /metrics shows, at most */
 
 typedef struct redis_sink {
@@ -225,6 +226,18 @@ static bool append_xadd(redis_sink_t *s, const pb_event_t *ev, const char *strea
         snprintf(seq, sizeof seq, "%lld", (long long)ev->sequence);
         STR_ARG(PB_SEQUENCE_HEADER);
         STR_ARG(seq);
+    }
+    /* the W3C trace context as fields of their own, where a Redis client looks for it */
+    static const char *const trace_keys[2] = {"traceparent", "tracestate"};
+    const char *headers = ev->headers ? ev->headers : "";
+    for (int k = 0; k < 2 && strstr(headers, "trace"); k++) {
+        const char *val;
+        size_t vlen;
+        if (!pb_json_member(headers, strlen(headers), trace_keys[k], &val, &vlen) || vlen < 2 ||
+            val[0] != '"' || memchr(val, '\\', vlen))
+            continue; /* absent, not a string, or escaped: the headers field still has it */
+        STR_ARG(trace_keys[k]);
+        ARG(val + 1, vlen - 2);
     }
 #undef STR_ARG
 #undef ARG
