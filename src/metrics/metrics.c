@@ -88,6 +88,12 @@ static family_t redis_group_lag = {"postbox_redis_group_lag", "gauge",
 static family_t redis_group_oldest_idle = {"postbox_redis_group_oldest_pending_idle_seconds", "gauge",
                                            "how long the group's oldest pending entry has gone unacknowledged since its last delivery",
                                            {"stream", "group"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t amqp_queue_messages = {"postbox_amqp_queue_messages", "gauge",
+                                       "messages ready in a RabbitMQ queue (not counting unacknowledged ones), sampled by the amqp source",
+                                       {"queue", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t amqp_queue_consumers = {"postbox_amqp_queue_consumers", "gauge",
+                                        "consumers of a RabbitMQ queue, sampled by the amqp source",
+                                        {"queue", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t purged = {"postbox_purged_rows_total", "counter",
                           "rows deleted by retention, by table",
                           {"table", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
@@ -108,7 +114,8 @@ static family_t *const families_consume[] = {&inbox_processed, &inbox_duplicates
                                              &inbox_failures, &inbox_dead, &out_of_order,
                                              &redis_stream_length,
                                              &redis_group_pending, &redis_group_lag,
-                                             &redis_group_oldest_idle};
+                                             &redis_group_oldest_idle, &amqp_queue_messages,
+                                             &amqp_queue_consumers};
 
 static histogram_t latency = {"postbox_publish_latency_seconds",
                               "time from the event's created_at to the broker's confirm",
@@ -331,6 +338,15 @@ void pb_metrics_set_redis_stream(const char *stream, int64_t length)
     const char *values[2] = {stream, NULL};
     pthread_mutex_lock(&lock);
     series_of(&redis_stream_length, values)->value = (double)length;
+    pthread_mutex_unlock(&lock);
+}
+
+void pb_metrics_set_amqp_queue(const char *queue, int64_t messages, int64_t consumers)
+{
+    const char *values[2] = {queue, NULL};
+    pthread_mutex_lock(&lock);
+    series_of(&amqp_queue_messages, values)->value = (double)messages;
+    series_of(&amqp_queue_consumers, values)->value = (double)consumers;
     pthread_mutex_unlock(&lock);
 }
 

@@ -64,6 +64,11 @@ void pb_metrics_set_redis_stream(const char *stream, int64_t length);
 void pb_metrics_set_redis_group(const char *stream, const char *group, int64_t pending,
                                 int64_t lag, double oldest_idle_s);
 
+/* A RabbitMQ queue, sampled every metrics.sample_interval by the amqp source: messages ready
+ * for delivery and consumers (a passive queue.declare; unacknowledged messages are not counted,
+ * AMQP 0-9-1 does not tell them). */
+void pb_metrics_set_amqp_queue(const char *queue, int64_t messages, int64_t consumers);
+
 /* --- consume ----------------------------------------------------------------------------- */
 
 /* Adds one batch's figures of a consumer (deltas, not totals). */

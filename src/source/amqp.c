@@ -31,6 +31,7 @@
 #include "common/clock.h"
 #include "common/event.h"
 #include "common/log.h"
+#include "metrics/metrics.h"
 #include "common/str.h"
 #include "broker/amqp/url.h"
 #include "source/amqp_headers.h"
@@ -60,6 +61,7 @@ typedef struct amqp_source {
     uint64_t last_tag; /* highest delivery tag received on this channel (0 after connect) */
     uint64_t epoch;    /* counts connects (mod 2^16), in the upper bits of pb_message_t.tag */
     size_t outstanding; /* deliveries handed out on this channel and not settled */
+    int64_t sample_due_ms; /* next queue sample for /metrics */
     amqp_pool_t arenas[2]; /* strings of the batch handed out [cur] and of the prefetched [!cur] */
     int cur;
     amqp_pool_t *arena;      /* where decoding writes now: arenas[cur] or, in prefetch, [!cur] */
@@ -541,6 +543,41 @@ static size_t take_pending(amqp_source_t *s, pb_message_t *msgs, size_t max, uin
     return k;
 }
 
+/* A passive queue.declare on the consuming channel: the queue's ready messages and consumers.
+ * Deliveries that arrive meanwhile are kept for the next receive. */
+static pb_status_t check_queue(amqp_source_t *s, int64_t *messages, int64_t *consumers,
+                               pb_error_t *err)
+{
+    if (!s->link.conn || !s->link.channel_open)
+        return pb_fail(err, PB_TRANSIENT, "not connected to rabbitmq at %s", s->where);
+    amqp_queue_declare_ok_t *ok = amqp_queue_declare(s->link.conn, CHANNEL,
+                                                     cbytes(s->base.cfg->amqp_queue), 1, 0, 0, 0,
+                                                     amqp_empty_table);
+    if (!ok) {
+        char buf[320];
+        pb_amqp_link_rpc_failed(&s->link, "check queue", buf, sizeof buf);
+        return lost(s, err, "%s", buf);
+    }
+    *messages = (int64_t)ok->message_count;
+    *consumers = (int64_t)ok->consumer_count;
+    return PB_OK;
+}
+
+/* Every metrics.sample_interval (with metrics.listen): the queue's depth, for /metrics. */
+static pb_status_t sample(amqp_source_t *s, pb_error_t *err)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    int64_t now = pb_monotonic_ms();
+    if (!*cfg->metrics_listen || cfg->metrics_sample_interval <= 0 || now < s->sample_due_ms)
+        return PB_OK;
+    s->sample_due_ms = now + cfg->metrics_sample_interval;
+    int64_t messages, consumers;
+    pb_status_t st = check_queue(s, &messages, &consumers, err);
+    if (st == PB_OK)
+        pb_metrics_set_amqp_queue(cfg->amqp_queue, messages, consumers);
+    return st;
+}
+
 static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max, int64_t wait_ms,
                                int64_t batch_wait_ms, size_t *n, pb_error_t *err)
 {
@@ -554,10 +591,12 @@ static pb_status_t src_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
         s->n_pending = 0;
         return pb_fail(err, PB_TRANSIENT, "not connected to rabbitmq at %s", s->where);
     }
+    pb_status_t st = sample(s, err);
+    if (st != PB_OK)
+        return st;
 
     uint64_t bytes;
     size_t got = take_pending(s, msgs, max, &bytes);
-    pb_status_t st = PB_OK;
     /* batch_wait counts from the first message, or from now for prefetched ones (as for ones
      * that waited in the socket buffer) */
     int64_t wait = got ? batch_wait_ms : wait_ms;
@@ -681,23 +720,16 @@ static pb_status_t src_settle(pb_source_t *src, const pb_settle_t *list, size_t 
     return PB_OK;
 }
 
-/* Ready messages in the queue (a passive declare on the consuming channel; deliveries that
- * arrive meanwhile are kept for the next receive) plus what is received and not handed out.
- * Messages unacknowledged by other consumers of the queue are not seen (AMQP does not tell). */
+/* Ready messages in the queue plus what is received and not handed out. Messages
+ * unacknowledged by other consumers of the queue are not seen (AMQP does not tell). */
 static pb_status_t src_pending(pb_source_t *src, int64_t *pending, pb_error_t *err)
 {
     amqp_source_t *s = (amqp_source_t *)src;
-    if (!s->link.conn || !s->link.channel_open)
-        return pb_fail(err, PB_TRANSIENT, "not connected to rabbitmq at %s", s->where);
-    amqp_queue_declare_ok_t *ok = amqp_queue_declare(s->link.conn, CHANNEL,
-                                                     cbytes(s->base.cfg->amqp_queue), 1, 0, 0, 0,
-                                                     amqp_empty_table);
-    if (!ok) {
-        char buf[320];
-        pb_amqp_link_rpc_failed(&s->link, "check queue", buf, sizeof buf);
-        return lost(s, err, "%s", buf);
-    }
-    *pending = (int64_t)ok->message_count + (int64_t)s->n_pending +
+    int64_t messages, consumers;
+    pb_status_t st = check_queue(s, &messages, &consumers, err);
+    if (st != PB_OK)
+        return st;
+    *pending = messages + (int64_t)s->n_pending +
                (amqp_frames_enqueued(s->link.conn) || amqp_data_in_buffer(s->link.conn) ? 1 : 0);
     return PB_OK;
 }

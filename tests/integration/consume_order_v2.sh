@@ -105,5 +105,11 @@ expect_effects D 1,2
 [[ $(psql_q "SELECT count(*) FROM effects WHERE agg = 'H'") == "$handled" ]] ||
     fail "the long message id took effect twice"
 
+say "the queue's depth on /metrics"
+[[ $(metric "postbox_amqp_queue_consumers{queue=\"$PB_QUEUE\"}") == 1 ]] ||
+    fail "postbox_amqp_queue_consumers: $(curl -s "http://127.0.0.1:$PORT/metrics" | grep amqp_queue)"
+[[ $(metric "postbox_amqp_queue_messages{queue=\"$PB_QUEUE\"}") =~ ^[0-9]+$ ]] ||
+    fail "postbox_amqp_queue_messages: $(curl -s "http://127.0.0.1:$PORT/metrics" | grep amqp_queue)"
+
 stop_consumer
 say "PASS"
