@@ -198,7 +198,10 @@ static pb_status_t declare_queue(amqp_source_t *s, pb_error_t *err)
                                        "amqp.queue_declare",
                                        "with different arguments (see amqp.queue_type, "
                                        "queue_max_length, queue_message_ttl, "
-                                       "queue_dead_letter_exchange, single_active_consumer)",
+                                       "queue_dead_letter_exchange, single_active_consumer; "
+                                       "a queue declared before postbox bounded its queues "
+                                       "by default has no x-message-ttl: keep it with "
+                                       "amqp.queue_message_ttl = 0 and allow_unlimited = true)",
                                        err);
 }
 
@@ -854,6 +857,13 @@ pb_status_t pb_source_amqp_new(const pb_config_t *cfg, pb_source_t **out, pb_err
         return pb_fail(err, PB_FATAL, "consume.message_id_header is longer than 255 bytes");
     if (cfg->amqp_prefetch < 1 || cfg->amqp_prefetch > 65535)
         return pb_fail(err, PB_FATAL, "amqp.prefetch must be from 1 to 65535");
+    if (cfg->amqp_queue_declare && cfg->amqp_queue_max_length == 0 &&
+        cfg->amqp_queue_message_ttl == 0 && !cfg->amqp_allow_unlimited)
+        return pb_fail(err, PB_FATAL,
+                       "amqp.queue \"%s\" would be declared without a bound and grow without "
+                       "limit while its consumers are down: set amqp.queue_message_ttl (default "
+                       "7d) or amqp.queue_max_length, or amqp.allow_unlimited = true",
+                       cfg->amqp_queue);
 
     if (cfg->consume_batch_size > cfg->amqp_prefetch)
         log_warn(FAC, "consume.batch_size %lld is above amqp.prefetch %lld: rabbitmq never sends "

@@ -51,6 +51,9 @@ PB_ADMIN_DSN=${POSTBOX_PG_DSN%/*}/postgres
 export POSTBOX_PG_DSN=${POSTBOX_PG_DSN%/*}/$PB_DB
 export POSTBOX_AMQP_EXCHANGE=pb.$PB_TEST.ex
 PB_QUEUE=pb.$PB_TEST.q
+# the queues amqp-tool setup makes have no bound; postbox consume declares them the same way
+# (consume_queue_bound checks the default, a bounded queue)
+export POSTBOX_AMQP_QUEUE_MESSAGE_TTL=0 POSTBOX_AMQP_ALLOW_UNLIMITED=true
 
 # ---------------------------------------------------------------------------------------------
 # process bookkeeping
