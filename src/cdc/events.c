@@ -1,6 +1,6 @@
 #include "cdc/events.h"
 
-#include <errno.h>
+#include <limits.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,21 +173,20 @@ pb_status_t pb_cdc_event_from_insert(const pb_cdc_outbox_map_t *map, const pb_pg
     const char *dst[8];
     pack_event(out, 8, src, lens, dst);
     pb_event_t *ev = &out->ev;
-    ev->id = strtoll(dst[7] ? dst[7] : "0", NULL, 10);
+    int64_t v;
+    ev->id = pb_parse_int64(src[7], lens[7], &v) ? v : 0;
     if (map->created_at >= 0 && map->created_at < ncols && c[map->created_at].data) {
         int64_t us;
         if (pb_parse_timestamptz(c[map->created_at].data, c[map->created_at].len, &us))
             ev->created_at_us = us;
     }
-    if (map->attempts >= 0 && map->attempts < ncols && c[map->attempts].data)
-        ev->attempts = atoi(c[map->attempts].data);
+    /* the values point into the message, unterminated: parsed within their length only */
+    if (map->attempts >= 0 && map->attempts < ncols && c[map->attempts].data &&
+        pb_parse_int64(c[map->attempts].data, c[map->attempts].len, &v) && v >= 0 && v <= INT_MAX)
+        ev->attempts = (int)v;
     if (map->sequence >= 0 && map->sequence < ncols && c[map->sequence].data &&
-        c[map->sequence].len < 24) {
-        char num[24]; /* the value is not NUL-terminated */
-        memcpy(num, c[map->sequence].data, c[map->sequence].len);
-        num[c[map->sequence].len] = '\0';
-        ev->sequence = strtoll(num, NULL, 10);
-    }
+        pb_parse_int64(c[map->sequence].data, c[map->sequence].len, &v) && v > 0)
+        ev->sequence = v;
     return PB_OK;
 }
 
@@ -213,15 +212,8 @@ static int64_t member_int(const char *content, size_t len, const char *key)
 {
     const char *v;
     size_t n;
-    char num[24];
-    if (!pb_json_member(content, len, key, &v, &n) || n >= sizeof num)
-        return 0;
-    memcpy(num, v, n);
-    num[n] = '\0';
-    char *end;
-    errno = 0;
-    long long x = strtoll(num, &end, 10);
-    return errno == 0 && *end == '\0' && end != num ? (int64_t)x : 0;
+    int64_t x;
+    return pb_json_member(content, len, key, &v, &n) && pb_parse_int64(v, n, &x) ? x : 0;
 }
 
 /* The strings are decoded; the payload and the headers are passed on as the message holds

@@ -50,18 +50,24 @@ static pb_status_t simple(pb_cdc_stream_t *s, const char *sql, ExecStatusType ex
 static pb_status_t ensure_publication(pb_cdc_stream_t *s, pb_error_t *err)
 {
     const pb_config_t *cfg = s->cfg;
-    char *lit = PQescapeLiteral(s->conn, cfg->cdc_publication, strlen(cfg->cdc_publication));
-    char *ident = PQescapeIdentifier(s->conn, cfg->cdc_publication, strlen(cfg->cdc_publication));
+    char *lit = NULL, *ident = NULL;
     char sql[1024];
-    snprintf(sql, sizeof sql, "SELECT 1 FROM pg_publication WHERE pubname = %s", lit ? lit : "''");
     PGresult *res = NULL;
-    pb_status_t st = simple(s, sql, PGRES_TUPLES_OK, &res, err);
+    pb_status_t st = pb_pg_quote_literal(s->conn, cfg->cdc_publication, "cdc.publication", &lit, err);
+    if (st == PB_OK)
+        st = pb_pg_quote_ident(s->conn, cfg->cdc_publication, "cdc.publication", &ident, err);
+    if (st == PB_OK)
+        st = pb_pg_sql_printf(sql, sizeof sql, "look up the publication", err,
+                              "SELECT 1 FROM pg_publication WHERE pubname = %s", lit);
+    if (st == PB_OK)
+        st = simple(s, sql, PGRES_TUPLES_OK, &res, err);
     if (st == PB_OK && PQntuples(res) == 0) {
         /* inserts only: deleting or marking rows puts nothing on the stream */
-        snprintf(sql, sizeof sql,
-                 "CREATE PUBLICATION %s FOR TABLE postbox.outbox WITH (publish = 'insert')",
-                 ident ? ident : "\"\"");
-        st = simple(s, sql, PGRES_COMMAND_OK, NULL, err);
+        st = pb_pg_sql_printf(sql, sizeof sql, "create the publication", err,
+                              "CREATE PUBLICATION %s FOR TABLE postbox.outbox WITH (publish = 'insert')",
+                              ident);
+        if (st == PB_OK)
+            st = simple(s, sql, PGRES_COMMAND_OK, NULL, err);
         if (st == PB_OK)
             log_info(FAC, "created publication \"%s\" for inserts into postbox.outbox",
                      cfg->cdc_publication);
@@ -75,24 +81,50 @@ static pb_status_t ensure_publication(pb_cdc_stream_t *s, pb_error_t *err)
 static pb_status_t ensure_slot(pb_cdc_stream_t *s, pb_error_t *err)
 {
     const pb_config_t *cfg = s->cfg;
-    char *ident = PQescapeIdentifier(s->conn, cfg->cdc_slot, strlen(cfg->cdc_slot));
+    char *ident;
+    pb_status_t st = pb_pg_quote_ident(s->conn, cfg->cdc_slot, "cdc.slot", &ident, err);
+    if (st != PB_OK)
+        return st;
     char sql[512];
-    snprintf(sql, sizeof sql, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'nothing')",
-             ident ? ident : "\"\"");
+    st = pb_pg_sql_printf(sql, sizeof sql, "create the replication slot", err,
+                          "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'nothing')", ident);
     PQfreemem(ident);
+    if (st != PB_OK)
+        return st;
     PGresult *res = PQexec(s->conn, sql);
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
     if (state && strcmp(state, "42710") == 0) { /* exists already: what we want */
         PQclear(res);
         return PB_OK;
     }
-    pb_status_t st = pb_pg_check(s->conn, res, PGRES_TUPLES_OK, "create replication slot", err);
-    if (st != PB_OK)
+    if ((st = pb_pg_check(s->conn, res, PGRES_TUPLES_OK, "create replication slot", err)) != PB_OK)
         return st;
     log_info(FAC, "created logical replication slot \"%s\" (pgoutput), consistent at %s",
              cfg->cdc_slot, PQgetvalue(res, 0, 1));
     PQclear(res);
     return PB_OK;
+}
+
+/* The START_REPLICATION command of the slot and publication into sql[size]. */
+static pb_status_t start_command(pb_cdc_stream_t *s, char *sql, size_t size, pb_error_t *err)
+{
+    const pb_config_t *cfg = s->cfg;
+    char *slot = NULL, *pub = NULL, *publit = NULL;
+    pb_status_t st = pb_pg_quote_ident(s->conn, cfg->cdc_slot, "cdc.slot", &slot, err);
+    if (st == PB_OK)
+        st = pb_pg_quote_ident(s->conn, cfg->cdc_publication, "cdc.publication", &pub, err);
+    /* publication_names is a list of identifiers inside a string literal */
+    if (st == PB_OK)
+        st = pb_pg_quote_literal(s->conn, pub, "cdc.publication", &publit, err);
+    if (st == PB_OK)
+        st = pb_pg_sql_printf(sql, size, "start replication", err,
+                              "START_REPLICATION SLOT %s LOGICAL 0/0 (\"proto_version\" '1', "
+                              "\"publication_names\" %s, \"messages\" 'true')",
+                              slot, publit);
+    PQfreemem(slot);
+    PQfreemem(pub);
+    PQfreemem(publit);
+    return st;
 }
 
 static pb_status_t open_conn(pb_cdc_stream_t *s, pb_error_t *err)
@@ -134,18 +166,11 @@ pb_status_t pb_cdc_stream_open(pb_cdc_stream_t *s, const pb_config_t *cfg, pb_er
         pb_cdc_stream_close(s);
         return st;
     }
-    char *slot = PQescapeIdentifier(s->conn, cfg->cdc_slot, strlen(cfg->cdc_slot));
-    /* publication_names is a list of identifiers inside a string literal */
-    char *pub = PQescapeIdentifier(s->conn, cfg->cdc_publication, strlen(cfg->cdc_publication));
-    char *publit = pub ? PQescapeLiteral(s->conn, pub, strlen(pub)) : NULL;
     char sql[1024];
-    snprintf(sql, sizeof sql,
-             "START_REPLICATION SLOT %s LOGICAL 0/0 (\"proto_version\" '1', "
-             "\"publication_names\" %s, \"messages\" 'true')",
-             slot ? slot : "\"\"", publit ? publit : "''");
-    PQfreemem(slot);
-    PQfreemem(pub);
-    PQfreemem(publit);
+    if ((st = start_command(s, sql, sizeof sql, err)) != PB_OK) {
+        pb_cdc_stream_close(s);
+        return st;
+    }
     PGresult *res = PQexec(s->conn, sql);
     if (PQresultStatus(res) != PGRES_COPY_BOTH) {
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);

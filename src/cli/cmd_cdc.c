@@ -41,12 +41,17 @@ static int drop_slot(pb_cli_t *cli, PGconn *conn)
     } else {
         printf("replication slot \"%s\" does not exist\n", cfg->cdc_slot);
     }
-    char *ident = PQescapeIdentifier(conn, cfg->cdc_publication, strlen(cfg->cdc_publication));
+    char *ident;
+    if (pb_pg_quote_ident(conn, cfg->cdc_publication, "cdc.publication", &ident, &err) != PB_OK) {
+        log_error(FAC, "%s", err.msg);
+        return PB_EXIT_FAILURE;
+    }
     char sql[512];
-    snprintf(sql, sizeof sql, "SET client_min_messages = warning; DROP PUBLICATION IF EXISTS %s",
-             ident ? ident : "\"\"");
+    pb_status_t st = pb_pg_sql_printf(sql, sizeof sql, "drop the publication", &err,
+                                      "SET client_min_messages = warning; DROP PUBLICATION IF EXISTS %s",
+                                      ident);
     PQfreemem(ident);
-    if (pb_pg_exec(conn, sql, &err) != PB_OK) {
+    if (st != PB_OK || pb_pg_exec(conn, sql, &err) != PB_OK) {
         log_error(FAC, "%s", err.msg);
         return PB_EXIT_FAILURE;
     }

@@ -17,6 +17,7 @@
 #include "cli/status_kafka.h"
 #include "cli/status_redis.h"
 #include "common/log.h"
+#include "common/str.h"
 #include "relay/shards.h"
 #include "store/pg.h"
 #include "store/stats.h"
@@ -90,6 +91,22 @@ static void print_table(json_t *o)
                json_string_value(json_object_get(v, "client_addr")),
                json_string_value(json_object_get(v, "backend_start")),
                json_string_value(json_object_get(v, "state")));
+
+    json_t *intruders = json_object_get(o, "lock_intruders");
+    if (json_array_size(intruders)) {
+        printf("\nNOT postbox relays: sessions holding the relay's locks whose roles cannot read\n"
+               "postbox.relay_lock_keys (they took keys seen in pg_locks); the shards they hold\n"
+               "are relayed by nobody: end them and revoke CONNECT from their roles\n");
+        json_array_foreach(intruders, i, v) {
+            char role[128], app[128];
+            pb_text_escape(role, sizeof role, json_string_value(json_object_get(v, "role")));
+            pb_text_escape(app, sizeof app,
+                           json_string_value(json_object_get(v, "application_name")));
+            printf("  pid %lld  role \"%s\"  application \"%s\"  holds %s\n",
+                   (long long)json_integer_value(json_object_get(v, "pid")), role, app,
+                   json_string_value(json_object_get(v, "holds")));
+        }
+    }
 
     json_t *inbox = json_object_get(o, "inbox");
     printf("\ninbox\n");
@@ -179,7 +196,7 @@ int pb_cmd_status(pb_cli_t *cli)
     }
     int rc = PB_EXIT_FAILURE;
     json_t *o = json_object();
-    PGresult *owners = NULL, *slots = NULL;
+    PGresult *owners = NULL, *intruders = NULL, *slots = NULL;
     pb_inbox_stats_t *inbox = NULL;
     size_t n_inbox = 0;
     pb_outbox_stats_t s;
@@ -189,6 +206,7 @@ int pb_cmd_status(pb_cli_t *cli)
         goto out;
     }
     if (pb_shards_owners(conn, &owners, &err) != PB_OK ||
+        pb_shards_intruders(conn, &intruders, &err) != PB_OK ||
         pb_stats_inbox(conn, &inbox, &n_inbox, &err) != PB_OK) {
         fprintf(stderr, "postbox status: %s\n", err.msg);
         goto out;
@@ -212,6 +230,15 @@ int pb_cmd_status(pb_cli_t *cli)
                            PQgetvalue(owners, r, 2), "backend_start", PQgetvalue(owners, r, 3),
                            "state", PQgetvalue(owners, r, 4), "shards", PQgetvalue(owners, r, 5)));
     json_object_set_new(o, "relay_owners", arr);
+    arr = json_array();
+    for (int r = 0; r < PQntuples(intruders); r++)
+        json_array_append_new(
+            arr, json_pack("{s:I, s:s, s:s, s:s}", "pid",
+                           (json_int_t)strtoll(PQgetvalue(intruders, r, 0), NULL, 10), "role",
+                           PQgetvalue(intruders, r, 1), "application_name",
+                           PQgetvalue(intruders, r, 2), "holds", PQgetvalue(intruders, r, 3)));
+    size_t n_intruders = json_array_size(arr);
+    json_object_set_new(o, "lock_intruders", arr);
     arr = json_array();
     for (size_t r = 0; r < n_inbox; r++) {
         const pb_inbox_stats_t *c = &inbox[r];
@@ -263,6 +290,11 @@ int pb_cmd_status(pb_cli_t *cli)
     n_failed += check(failed, lim.max_slot_lag >= 0 && worst_slot > lim.max_slot_lag,
                       "replication slot lag %lld bytes > %lld", (long long)worst_slot,
                       (long long)lim.max_slot_lag);
+    if (n_intruders) {
+        json_array_append_new(failed, json_string("sessions that are not postbox relays hold the "
+                                                  "relay's locks (lock_intruders)"));
+        n_failed++;
+    }
     json_object_set_new(o, "checks_failed", failed);
     json_object_set_new(o, "ok", json_boolean(n_failed == 0));
 
@@ -277,6 +309,7 @@ int pb_cmd_status(pb_cli_t *cli)
     rc = n_failed ? PB_EXIT_FAILURE : PB_EXIT_OK;
 out:
     PQclear(owners);
+    PQclear(intruders);
     pb_stats_inbox_free(inbox, n_inbox);
     PQclear(slots);
     json_decref(o);

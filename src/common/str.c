@@ -204,6 +204,30 @@ bool pb_parse_duration_ms(const char *s, double bare_unit_ms, int64_t *out)
     return true;
 }
 
+bool pb_parse_int64(const char *s, size_t n, int64_t *out)
+{
+    size_t i = 0;
+    bool negative = false;
+    if (i < n && (s[i] == '+' || s[i] == '-'))
+        negative = s[i++] == '-';
+    if (i == n)
+        return false;
+    /* accumulated as a negative number, whose range holds INT64_MIN */
+    int64_t v = 0;
+    for (; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        int digit = s[i] - '0';
+        if (v < (INT64_MIN + digit) / 10)
+            return false;
+        v = v * 10 - digit;
+    }
+    if (!negative && v == INT64_MIN)
+        return false;
+    *out = negative ? v : -v;
+    return true;
+}
+
 void *pb_malloc(size_t n)
 {
     void *p = malloc(n ? n : 1);

@@ -32,6 +32,11 @@ void pb_buf_append_json_string(pb_buf_t *b, const char *s);
  * Returns false (*out untouched) for a negative number, an unknown unit or trailing text. */
 bool pb_parse_duration_ms(const char *s, double bare_unit_ms, int64_t *out);
 
+/* Parses s[0..n) (not NUL-terminated: a value of the replication stream) as a whole decimal
+ * integer: an optional sign, then digits only, fitting an int64. False (*out untouched) for an
+ * empty span, any other byte, or a value out of range. Reads nothing past s + n. */
+bool pb_parse_int64(const char *s, size_t n, int64_t *out);
+
 /* True when s[0..n) is well-formed UTF-8 (no overlongs, surrogates or code points above
  * U+10FFFF). NUL bytes are valid. */
 bool pb_utf8_valid(const void *s, size_t n);

@@ -373,8 +373,70 @@ pb_status_t pb_config_load_env(pb_config_t *cfg, pb_error_t *err)
     return PB_OK;
 }
 
+/* PostgreSQL keeps NAMEDATALEN - 1 bytes of a name and cuts the rest off. */
+#define PG_NAME_MAX 63
+
+static bool lower_alnum_or_underscore(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* The cdc names go into SQL and into the grants script a DBA runs, often as a superuser: quoted
+ * there, but refused here when PostgreSQL would not take them as they are (a slot: lower-case
+ * letters, digits and underscores; a publication: the same, as an unquoted identifier, not
+ * starting with a digit), so that no name needs quoting to mean what it says. */
+static pb_status_t check_cdc_name(const char *option, const char *name, bool is_slot,
+                                  pb_error_t *err)
+{
+    char shown[160];
+    pb_text_escape(shown, sizeof shown, name);
+    size_t len = strlen(name);
+    if (len == 0)
+        return pb_fail(err, PB_FATAL, "%s is empty", option);
+    if (len > PG_NAME_MAX)
+        return pb_fail(err, PB_FATAL, "%s \"%s\" is %zu bytes long: PostgreSQL names hold at most %d",
+                       option, shown, len, PG_NAME_MAX);
+    bool ok = is_slot || !(name[0] >= '0' && name[0] <= '9');
+    for (size_t i = 0; ok && i < len; i++)
+        ok = lower_alnum_or_underscore(name[i]);
+    if (!ok)
+        return pb_fail(err, PB_FATAL, "%s \"%s\": use only lower-case letters, digits and underscores%s",
+                       option, shown, is_slot ? "" : ", not starting with a digit");
+    return PB_OK;
+}
+
+/* Whether prefix is postbox's own, as postbox.emit accepts it (sql/013_emit_prefix.sql):
+ * "postbox", or "postbox." and a name of letters, digits, '_' and '-'. */
+static bool emit_prefix_ok(const char *prefix)
+{
+    static const char own[] = "postbox";
+    size_t len = strlen(prefix);
+    if (len > PG_NAME_MAX || strncmp(prefix, own, sizeof own - 1) != 0)
+        return false;
+    const char *rest = prefix + sizeof own - 1;
+    if (*rest == '\0')
+        return true;
+    if (*rest++ != '.' || *rest == '\0')
+        return false;
+    for (char c; (c = *rest) != '\0'; rest++)
+        if (!lower_alnum_or_underscore(c) && !(c >= 'A' && c <= 'Z') && c != '-')
+            return false;
+    return true;
+}
+
 pb_status_t pb_config_validate(const pb_config_t *cfg, pb_error_t *err)
 {
+    if (check_cdc_name("cdc.slot", cfg->cdc_slot, true, err) != PB_OK ||
+        check_cdc_name("cdc.publication", cfg->cdc_publication, false, err) != PB_OK)
+        return PB_FATAL;
+    if (!emit_prefix_ok(cfg->cdc_message_prefix)) {
+        char shown[160];
+        pb_text_escape(shown, sizeof shown, cfg->cdc_message_prefix);
+        return pb_fail(err, PB_FATAL, "cdc.message_prefix \"%s\" is not postbox's own: use postbox or "
+                                      "postbox.NAME (letters, digits, _ and -, at most %d bytes in all), "
+                                      "the prefixes postbox.emit writes",
+                       shown, PG_NAME_MAX);
+    }
     if (cfg->relay_backoff_base > cfg->relay_backoff_cap)
         return pb_fail(err, PB_FATAL, "relay.backoff_base (%lld ms) is larger than relay.backoff_cap (%lld ms)",
                        (long long)cfg->relay_backoff_base, (long long)cfg->relay_backoff_cap);

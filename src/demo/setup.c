@@ -115,12 +115,13 @@ pb_status_t demo_db_recreate(const char *server_dsn, const char *dbname, pb_erro
         st = pb_fail(err, PB_FATAL, "database name \"%s\": %s", dbname, PQerrorMessage(conn));
     } else {
         char sql[600];
-        snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", ident);
-        if ((st = pb_pg_exec(conn, "SET client_min_messages = warning", err)) == PB_OK &&
-            (st = pb_pg_exec(conn, sql, err)) == PB_OK) {
-            snprintf(sql, sizeof sql, "CREATE DATABASE %s", ident);
+        if ((st = pb_pg_sql_printf(sql, sizeof sql, "drop the demo database", err,
+                                   "DROP DATABASE IF EXISTS %s WITH (FORCE)", ident)) == PB_OK &&
+            (st = pb_pg_exec(conn, "SET client_min_messages = warning", err)) == PB_OK &&
+            (st = pb_pg_exec(conn, sql, err)) == PB_OK &&
+            (st = pb_pg_sql_printf(sql, sizeof sql, "create the demo database", err,
+                                   "CREATE DATABASE %s", ident)) == PB_OK)
             st = pb_pg_exec(conn, sql, err);
-        }
         PQfreemem(ident);
     }
     PQfinish(conn);

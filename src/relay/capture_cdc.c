@@ -20,6 +20,7 @@
 #include "cdc/stream.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/log_limit.h"
 #include "common/retry.h"
 #include "common/str.h"
 #include "metrics/metrics.h"
@@ -40,6 +41,9 @@
 /* Rejected (forged) messages are logged one by one up to this many, then every 1000th, so a
  * flood of them cannot flood the log. */
 #define REJECT_LOG_ALL 10
+/* Non-transactional messages with the relay's prefix (any role may write them while PUBLIC may
+ * execute pg_logical_emit_message) are logged at most once per this many ms, with a count. */
+#define NONTXN_LOG_INTERVAL_MS 60000
 
 /* A relayed outbox row to be marked published. A row can come through the stream a moment
  * before its transaction is visible to other sessions (the commit record is flushed first), so
@@ -85,6 +89,7 @@ typedef struct cdc_capture {
     char drain_nonce[33]; /* the content of this relay's own drain marker */
     pb_emit_key_t emit_key; /* verifies the messages of postbox.emit */
     uint64_t n_rejected;
+    pb_log_limit_t nontxn_log; /* the warning about non-transactional messages */
     bool had_events;       /* the last batch from next was not empty */
     int64_t last_event_at; /* when the stream last gave events (or opened) */
     pb_buf_t ids;
@@ -288,8 +293,12 @@ static pb_status_t on_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_error_
         if (strcmp(m->u.message.prefix, r->base.cfg->cdc_message_prefix) != 0)
             return PB_OK;
         if (!m->u.message.transactional) {
-            log_warn(FAC, "ignoring a non-transactional \"%s\" message: it is not tied to a "
-                          "commit (use postbox.emit)", m->u.message.prefix);
+            uint64_t skipped;
+            if (pb_log_limit_pass(&r->nontxn_log, pb_monotonic_ms(), &skipped))
+                log_warn(FAC, "ignoring a non-transactional \"%s\" message: it is not tied to a "
+                              "commit (use postbox.emit); %llu more ignored since the last such "
+                              "warning (logged at most once a minute)",
+                         m->u.message.prefix, (unsigned long long)skipped);
             return PB_OK;
         }
         const char *json;
@@ -766,6 +775,7 @@ pb_status_t pb_capture_cdc_new(const pb_config_t *cfg, volatile sig_atomic_t *st
     r->base = (pb_capture_t){.ops = &cdc_ops, .cfg = cfg, .stop = stop};
     r->b = &r->bufs[0];
     pb_pgo_decoder_init(&r->dec);
+    pb_log_limit_init(&r->nontxn_log, NONTXN_LOG_INTERVAL_MS);
     *out = &r->base;
     return PB_OK;
 }

@@ -68,13 +68,15 @@ static void write_role(FILE *out, const char *role)
             role);
 }
 
-/* s as an SQL string literal (doubled quotes), for a name from the configuration. */
+/* s as an SQL string literal whatever standard_conforming_strings says: quotes doubled, and
+ * with a backslash the E'' form with backslashes doubled (as PQescapeLiteral writes it). */
 static void write_literal(FILE *out, const char *s)
 {
-    fputc('\'', out);
+    bool backslash = strchr(s, '\\') != NULL;
+    fputs(backslash ? "E'" : "'", out);
     for (; *s; s++) {
-        if (*s == '\'')
-            fputc('\'', out);
+        if (*s == '\'' || (backslash && *s == '\\'))
+            fputc(*s, out);
         fputc(*s, out);
     }
     fputc('\'', out);
@@ -118,16 +120,18 @@ void pb_grants_write(FILE *out, const pb_config_t *cfg)
           "GRANT EXECUTE ON FUNCTION postbox.emit_drain_marker(text) TO " PB_ROLE_RELAY ";\n",
           out);
     if (cdc) {
+        /* The name reaches the DO block through a setting, never inside its body: whatever it
+         * holds (a "$$" would end the body) it cannot become a statement of the script. */
         fputs("-- cdc: the publication the relay streams (creating it needs the outbox's owner)\n"
+              "SET postbox.publication = ",
+              out);
+        write_literal(out, cfg->cdc_publication);
+        fputs(";\n"
               "DO $$ BEGIN\n"
-              "    IF NOT EXISTS (SELECT FROM pg_publication WHERE pubname = ",
-              out);
-        write_literal(out, cfg->cdc_publication);
-        fputs(") THEN\n"
-              "        EXECUTE format('CREATE PUBLICATION %I FOR TABLE postbox.outbox WITH (publish = ''insert'')', ",
-              out);
-        write_literal(out, cfg->cdc_publication);
-        fputs(");\n"
+              "    IF NOT EXISTS (SELECT FROM pg_publication\n"
+              "                   WHERE pubname = current_setting('postbox.publication')) THEN\n"
+              "        EXECUTE format('CREATE PUBLICATION %I FOR TABLE postbox.outbox WITH (publish = ''insert'')',\n"
+              "                       current_setting('postbox.publication'));\n"
               "    END IF;\n"
               "END $$;\n",
               out);

@@ -1,5 +1,6 @@
 #include "store/pg.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -7,6 +8,7 @@
 #include "common/clock.h"
 #include "common/retry.h"
 #include "common/log.h"
+#include "common/str.h"
 
 static void on_notice(void *arg, const char *message)
 {
@@ -158,6 +160,53 @@ pb_status_t pb_pg_check(PGconn *conn, PGresult *res, ExecStatusType expected, co
         err->status = st;
     PQclear(res);
     return st;
+}
+
+pb_status_t pb_pg_sql_printf(char *sql, size_t size, const char *what, pb_error_t *err,
+                             const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(sql, size, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= size) {
+        if (size)
+            sql[0] = '\0';
+        return pb_fail(err, PB_FATAL, "%s: the statement does not fit in %zu bytes", what, size);
+    }
+    return PB_OK;
+}
+
+/* The message of libpq's last error on conn as one line. */
+static void pg_error_line(PGconn *conn, char *out, size_t outsz)
+{
+    const char *msg = conn ? PQerrorMessage(conn) : "";
+    pb_text_copy(out, outsz, *msg ? msg : "out of memory");
+    size_t n = strlen(out);
+    while (n && out[n - 1] == ' ')
+        out[--n] = '\0';
+}
+
+pb_status_t pb_pg_quote_ident(PGconn *conn, const char *name, const char *what, char **out,
+                              pb_error_t *err)
+{
+    *out = PQescapeIdentifier(conn, name, strlen(name));
+    if (*out)
+        return PB_OK;
+    char why[256];
+    pg_error_line(conn, why, sizeof why);
+    return pb_fail(err, PB_FATAL, "%s: cannot quote it as an identifier: %s", what, why);
+}
+
+pb_status_t pb_pg_quote_literal(PGconn *conn, const char *text, const char *what, char **out,
+                                pb_error_t *err)
+{
+    *out = PQescapeLiteral(conn, text, strlen(text));
+    if (*out)
+        return PB_OK;
+    char why[256];
+    pg_error_line(conn, why, sizeof why);
+    return pb_fail(err, PB_FATAL, "%s: cannot quote it as a string: %s", what, why);
 }
 
 pb_status_t pb_pg_exec(PGconn *conn, const char *sql, pb_error_t *err)

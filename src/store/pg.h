@@ -47,6 +47,19 @@ pb_status_t pb_pg_read_result(PGconn *conn, ExecStatusType expect, const char *w
                               PGresult **out, pb_error_t *err) PB_MUSTCHECK;
 pb_status_t pb_pg_read_sync(PGconn *conn, pb_error_t *err) PB_MUSTCHECK;
 
+/* Writes a statement by fmt into the fixed buffer sql[size]. PB_FATAL naming what when it does
+ * not fit: a statement cut short would run as another one, or fail with a puzzling error. */
+pb_status_t pb_pg_sql_printf(char *sql, size_t size, const char *what, pb_error_t *err,
+                             const char *fmt, ...) PB_PRINTF(5, 6) PB_MUSTCHECK;
+
+/* name quoted as an SQL identifier ("x", inner quotes doubled) or as a string literal (its
+ * quotes doubled, E'' form when it holds a backslash), by libpq for conn's encoding, into *out
+ * (PQfreemem it). PB_FATAL naming what when libpq refuses (invalid encoding, out of memory). */
+pb_status_t pb_pg_quote_ident(PGconn *conn, const char *name, const char *what, char **out,
+                              pb_error_t *err) PB_MUSTCHECK;
+pb_status_t pb_pg_quote_literal(PGconn *conn, const char *text, const char *what, char **out,
+                                pb_error_t *err) PB_MUSTCHECK;
+
 /* host:port/dbname of a connection, for log lines (no secrets). */
 void pb_pg_describe(PGconn *conn, char *out, size_t outsz);
 

@@ -264,6 +264,34 @@ static void result_reason_is_cut_on_a_boundary(void **state)
     assert_string_equal(r.error, "");
 }
 
+/* pb_parse_int64 reads only its span: the bytes after it (here more digits) are not part of it. */
+static void int64_from_a_span(void **state)
+{
+    (void)state;
+    int64_t v = -1;
+    assert_true(pb_parse_int64("1234", 2, &v));
+    assert_int_equal(v, 12);
+    assert_true(pb_parse_int64("-7x", 2, &v));
+    assert_int_equal(v, -7);
+    assert_true(pb_parse_int64("+0", 2, &v));
+    assert_int_equal(v, 0);
+    assert_true(pb_parse_int64("9223372036854775807", 19, &v));
+    assert_true(v == INT64_MAX);
+    assert_true(pb_parse_int64("-9223372036854775808", 20, &v));
+    assert_true(v == INT64_MIN);
+    v = 5;
+    assert_false(pb_parse_int64("9223372036854775808", 19, &v));
+    assert_false(pb_parse_int64("-9223372036854775809", 20, &v));
+    assert_false(pb_parse_int64("", 0, &v));
+    assert_false(pb_parse_int64(NULL, 0, &v));
+    assert_false(pb_parse_int64("-", 1, &v));
+    assert_false(pb_parse_int64(" 1", 2, &v));
+    assert_false(pb_parse_int64("1 ", 2, &v));
+    assert_false(pb_parse_int64("1.5", 3, &v));
+    assert_false(pb_parse_int64("1\0", 2, &v));
+    assert_int_equal(v, 5); /* untouched on failure */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,6 +300,7 @@ int main(void)
         cmocka_unit_test(prefix_counts_invalid_bytes_as_characters),
         cmocka_unit_test(copy_cuts_on_boundaries),
         cmocka_unit_test(copy_empty_null_and_zero_size),
+        cmocka_unit_test(int64_from_a_span),
         cmocka_unit_test(copy_replaces_invalid_bytes),
         cmocka_unit_test(copy_replaces_control_characters),
         cmocka_unit_test(copy_long_multibyte_reason),
