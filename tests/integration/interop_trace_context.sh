@@ -2,8 +2,9 @@
 # W3C trace context (sql/014): a producer's `SET LOCAL postbox.traceparent` / `tracestate` travel
 # with its events and arrive as native headers on all four brokers, read by clients that are not
 # postbox's: python3-pika (RabbitMQ), kcat (Kafka), redis-cli (Redis Streams: fields of their
-# own) and nats-tool (a plain nats.c client). An event's own traceparent header wins over the
-# session's; a malformed session value is ignored. postbox consume hands it to the handler ($2).
+# own) and nats-tool (a plain nats.c client); in cdc, postbox.emit takes it as well. An event's
+# own traceparent header wins over the session's; a malformed session value is ignored.
+# postbox consume hands it to the handler ($2).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/kafka_lib.sh"
 source "$(dirname "$0")/nats_lib.sh"
@@ -72,6 +73,17 @@ enqueue_traced t-4
 relay_drain 60 --set relay.sink=redis --set redis.max_age=1d
 got=$(redis_cli --raw XRANGE "pb:$PB_TEST:order" - + | awk 'k == "traceparent" || k == "tracestate" { printf "%s ", $0 } { k = $0 }')
 [[ $got == "$TP $TS " ]] || fail "redis-cli read '$got'"
+
+say "cdc: postbox.emit takes it too (Kafka, read by kcat)"
+cdc_use_slot
+cdc_create_slot --set relay.sink=kafka
+psql_q "BEGIN;
+        SET LOCAL postbox.traceparent = '$TP';
+        SELECT postbox.emit('cdcorder', 'e-1', 'traced.v1', '{}');
+        COMMIT;" >/dev/null
+relay_drain 60 --set relay.sink=kafka --capture cdc
+got=$(kcat -C -b "$POSTBOX_KAFKA_BROKERS" -t "$(kafka_topic cdcorder)" -o beginning -e -q -f '%h\n')
+[[ $got == *"traceparent=$TP"* ]] || fail "cdc: kcat read headers '$got'"
 
 say "postbox consume hands it to the handler"
 psql_q "CREATE TABLE traces (agg text, traceparent text)" >/dev/null
