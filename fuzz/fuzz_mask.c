@@ -1,6 +1,7 @@
 /* libFuzzer target: the PII rule engine (src/relay/mask.c). The input is a rules text, a NUL
  * byte, then a JSON document; the first byte of the rules chooses whether they apply to the
- * payload or (its low bit) to the headers. Checked on top of memory safety:
+ * payload or (its low bit) to the headers, and (its second bit) whether type "t" is
+ * allow-listed. Checked on top of memory safety:
  *   - every JSON text jansson accepts is accepted by the rewriter (unless nested deeper than
  *     PB_MASK_MAX_DEPTH, or holding a raw NUL byte, which jansson lets pass after a number),
  *     and what it writes for it is accepted by jansson too;
@@ -41,10 +42,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char type_name[] = "t", *type = type_name, *texts[1] = {rules};
     pb_mask_t *m = NULL;
     pb_error_t err;
-    if (pb_mask_build(1, &type, texts, key, sizeof key, &m, &err) == PB_OK) {
+    /* the first byte's second bit: the type is allow-listed (keep rules count) */
+    const char *allow = data[0] & 2 ? "t" : NULL;
+    if (pb_mask_build(1, &type, texts, allow, key, sizeof key, &m, &err) == PB_OK) {
         pb_buf_t out = {0}, again = {0};
         bool changed, changed2;
-        pb_status_t st = pb_mask_rewrite(m, "t", headers, json, len, &out, &changed, &err);
+        pb_mask_unfit_t unfit;
+        pb_status_t st =
+            pb_mask_rewrite(m, "t", headers, json, len, &out, &changed, &unfit, &err);
         /* a raw NUL byte is never valid JSON, but jansson takes one after a number ("[2\0]") */
         bool valid = !memchr(json, '\0', len) && jansson_accepts(json, len);
         if (st != PB_OK && valid && strstr(err.msg, "not valid JSON") &&
@@ -53,7 +58,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (st == PB_OK && changed) {
             if (valid && !jansson_accepts(out.data, out.len))
                 abort(); /* wrote invalid JSON for a valid text */
-            if (pb_mask_rewrite(m, "t", headers, out.data, out.len, &again, &changed2, &err) ==
+            if (pb_mask_rewrite(m, "t", headers, out.data, out.len, &again, &changed2, NULL,
+                                &err) ==
                     PB_OK ||
                 !strstr(err.msg, "not valid JSON")) {
                 /* accepted again (or refused for a value that cannot take its rule) */

@@ -443,16 +443,7 @@ pb_status_t pb_config_validate(const pb_config_t *cfg, pb_error_t *err)
     pb_error_t inner;
     if (pb_route_check_template(cfg->amqp_routing_key, &inner) != PB_OK)
         return pb_fail(err, PB_FATAL, "amqp.routing_key: %s", inner.msg);
-    bool hmac = false;
-    for (size_t i = 0; i < cfg->n_masks; i++) {
-        bool uses = false;
-        if (pb_mask_check_rules(cfg->mask_types[i], cfg->mask_rules[i], &uses, &inner) != PB_OK)
-            return pb_fail(err, PB_FATAL, "mask.%s: %s", cfg->mask_types[i], inner.msg);
-        hmac |= uses;
-    }
-    if (hmac && !*cfg->relay_mask_key_file)
-        return pb_fail(err, PB_FATAL, "[mask] has hmac rules but relay.mask_key_file is not set");
-    return PB_OK;
+    return pb_mask_check_config(cfg, err);
 }
 
 static void write_value(const pb_config_t *cfg, const option_t *o, FILE *out)
@@ -558,7 +549,8 @@ void pb_config_write_sample(FILE *out)
             "; relay: PII rules per event type (\"*\": every type), applied to what is published\n"
             "; (the outbox row is not changed); separated by commas: drop PATH, lastN PATH (keep\n"
             "; the last N characters, the others become *), hmac PATH (HMAC-SHA-256 with the key\n"
-            "; in relay.mask_key_file, as hex); PATH into the payload, or headers:NAME, e.g.\n"
+            "; in relay.mask_key_file, as hex), keep PATH (relay.mask_allow_types only); PATH\n"
+            "; into the payload, or headers:NAME, e.g.\n"
             "; order.created.v1 = drop customer.ssn, last4 card.number, hmac customer.email, "
             "drop items[*].card\n",
             PB_CONFIG_MASK_SECTION);

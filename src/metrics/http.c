@@ -12,8 +12,11 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "common/clock.h"
 #include "common/log.h"
+#include "common/log_limit.h"
 #include "common/str.h"
+#include "metrics/http_guard.h"
 #include "metrics/metrics.h"
 
 #define FAC "metrics"
@@ -21,9 +24,26 @@
 #define LOOPBACK "127.0.0.1" /* a listen address without a host: not every interface */
 #define UNAUTHORIZED "unauthorized: send Authorization: Bearer <the token of metrics.token_file>\n"
 
+/* Connections: libmicrohttpd takes at most SLOTS; the guard (http_guard.h) keeps KEEP of them,
+ * PER_CLIENT per client address, and gives each REQUEST_SECONDS to send a request and as long
+ * again to read the answer. A scrape or a probe needs one connection for milliseconds. */
+#define SLOTS 64
+#define KEEP 32
+#define PER_CLIENT 16
+#define REQUEST_SECONDS 5
+#define CLOSED_LOG_INTERVAL_MS 60000
+/* libmicrohttpd's own messages (one per client that hangs up mid-request: anyone can cause
+ * them), one record per interval at most */
+#define MHD_LOG_INTERVAL_MS 10000
+
 struct pb_http {
     struct MHD_Daemon *daemon;
     char *authorization; /* "Bearer <token>", or NULL: no token needed */
+    pb_http_guard_t *guard;
+    pb_log_limit_t closed_log; /* the guard's closes, one record a minute at most */
+    pb_http_guard_stats_t logged; /* the guard's counts at the last record */
+    pthread_mutex_t mhd_log_lock; /* libmicrohttpd logs from the starting thread too */
+    pb_log_limit_t mhd_log;
 };
 
 bool pb_http_parse_listen(const char *listen, char *host, unsigned long hostsz, unsigned *port)
@@ -87,6 +107,74 @@ static bool same_secret(const char *given, const char *want)
     return diff == 0;
 }
 
+static pb_http_conn_t *guarded(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info ? info->socket_context : NULL;
+}
+
+/* The guard closes a connection by shutting its socket down: libmicrohttpd, which owns the
+ * socket, sees the end at once and closes it. */
+static void shut_down(int fd, void *arg)
+{
+    (void)arg;
+    shutdown(fd, SHUT_RDWR);
+}
+
+/* Logs what the guard closed since the last record, at most once a minute. */
+static void log_closed(pb_http_t *srv, int64_t now)
+{
+    pb_http_guard_stats_t st = pb_http_guard_stats(srv->guard);
+    uint64_t late = st.late - srv->logged.late, surplus = st.surplus - srv->logged.surplus;
+    uint64_t held; /* the counts say it all */
+    if ((late || surplus) && pb_log_limit_pass(&srv->closed_log, now, &held)) {
+        log_warn(FAC, "http: closed %llu slow connection(s) (over %d s for a request or for its "
+                      "answer) and %llu waiting for a request, to make room for newcomers "
+                      "(over %d per client address or %d in all)",
+                 (unsigned long long)late, REQUEST_SECONDS, (unsigned long long)surplus,
+                 PER_CLIENT, KEEP);
+        srv->logged = st;
+    }
+}
+
+/* @thread http */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    pb_http_t *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        pb_http_guard_close(srv->guard, *socket_context);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *fd_info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *addr_info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!fd_info)
+        return; /* not tracked: libmicrohttpd's own limits still bound it */
+    int64_t now = pb_monotonic_ms();
+    const struct sockaddr *peer = addr_info ? addr_info->client_addr : NULL;
+    socklen_t peer_len = !peer                        ? 0
+                         : peer->sa_family == AF_INET6 ? (socklen_t)sizeof(struct sockaddr_in6)
+                                                       : (socklen_t)sizeof(struct sockaddr_in);
+    *socket_context = pb_http_guard_open(srv->guard, fd_info->connect_fd, peer, peer_len, now);
+    if (!*socket_context)
+        shutdown(fd_info->connect_fd, SHUT_RDWR);
+    log_closed(srv, now);
+}
+
+/* @thread http: the answer of a request was sent (or the request ended otherwise) */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)con_cls;
+    (void)toe;
+    pb_http_guard_answered(guarded(conn), pb_monotonic_ms());
+}
+
 /* @thread http (libmicrohttpd's polling thread) */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
@@ -98,6 +186,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)upload_data;
     (void)upload_data_size;
     (void)con_cls;
+    pb_http_guard_request(guarded(conn), pb_monotonic_ms());
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return reply_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
     /* liveness tells nothing; the figures and readiness need the token when one is set */
@@ -136,13 +225,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt,
                                                              va_list ap)
 {
-    (void)cls;
+    pb_http_t *srv = cls;
+    uint64_t held = 0;
+    pthread_mutex_lock(&srv->mhd_log_lock);
+    bool pass = pb_log_limit_pass(&srv->mhd_log, pb_monotonic_ms(), &held);
+    pthread_mutex_unlock(&srv->mhd_log_lock);
+    if (!pass)
+        return;
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
     while (n && msg[n - 1] == '\n')
         msg[--n] = '\0';
-    log_warn(FAC, "http: %s", msg);
+    if (held)
+        log_warn(FAC, "http: %s (%llu more message(s) of the server held back before it)", msg,
+                 (unsigned long long)held);
+    else
+        log_warn(FAC, "http: %s", msg);
 }
 
 pb_status_t pb_http_new(const char *listen, const char *token, pb_http_t **out,
@@ -161,6 +260,8 @@ pb_status_t pb_http_new(const char *listen, const char *token, pb_http_t **out,
     int rc = getaddrinfo(*host ? host : LOOPBACK, port_text, &hints, &ai);
     if (rc != 0 || !ai)
         return pb_fail(err, PB_FATAL, "metrics.listen \"%s\": %s", listen, gai_strerror(rc));
+    /* one polling thread (epoll on Linux) for every connection: a slow client costs a table
+     * entry, not a thread, and the guard's table needs no lock */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
@@ -173,15 +274,25 @@ pb_status_t pb_http_new(const char *listen, const char *token, pb_http_t **out,
     pthread_sigmask(SIG_BLOCK, &block, &old);
     pb_http_t *srv = pb_malloc(sizeof *srv);
     memset(srv, 0, sizeof *srv); /* pb_http_free of a server that did not start stops nothing */
+    pthread_mutex_init(&srv->mhd_log_lock, NULL);
     if (token && *token) {
         pb_buf_t b = {0};
         pb_buf_printf(&b, "Bearer %s", token);
         srv->authorization = b.data;
     }
+    pb_http_limits_t lim = {.slots = SLOTS, .keep = KEEP, .keep_per_peer = PER_CLIENT,
+                            .request_ms = REQUEST_SECONDS * 1000};
+    srv->guard = pb_http_guard_new(&lim, shut_down, NULL);
+    pb_log_limit_init(&srv->closed_log, CLOSED_LOG_INTERVAL_MS);
+    pb_log_limit_init(&srv->mhd_log, MHD_LOG_INTERVAL_MS);
+    /* libmicrohttpd's per-IP limit is not used: it refuses the newcomer, which would be the
+     * probe when it shares its address with the slow clients; the guard closes one of theirs */
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)32, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+        on_mhd_log, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)SLOTS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)REQUEST_SECONDS,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, srv, MHD_OPTION_END);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     freeaddrinfo(ai);
     if (!d) {
@@ -202,7 +313,9 @@ void pb_http_free(pb_http_t *srv)
     if (!srv)
         return;
     if (srv->daemon)
-        MHD_stop_daemon(srv->daemon);
+        MHD_stop_daemon(srv->daemon); /* reports every connection closed to the guard */
+    pb_http_guard_free(srv->guard);
+    pthread_mutex_destroy(&srv->mhd_log_lock);
     if (srv->authorization)
         memset(srv->authorization, 0, strlen(srv->authorization));
     free(srv->authorization);

@@ -3,7 +3,9 @@
  *   /healthz  200 "ok" while the process runs (liveness)
  *   /readyz   200 "ready" when connected to PostgreSQL and the broker and owning its work
  *             (pb_metrics_ready), else 503 with what is missing (readiness)
- * Anything else is 404; methods other than GET and HEAD are 405. */
+ * Anything else is 404; methods other than GET and HEAD are 405. Slow or idle clients cannot
+ * keep the probes out: metrics/http_guard.h bounds each connection's time per request and makes
+ * room for newcomers. */
 #ifndef PB_METRICS_HTTP_H
 #define PB_METRICS_HTTP_H
 

@@ -6,6 +6,7 @@
 #include "common/backoff.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/log_limit.h"
 #include "common/retry.h"
 #include "common/str.h"
 #include "metrics/metrics.h"
@@ -15,6 +16,7 @@
 #define FAC "relay"
 #define TOTALS_LOG_INTERVAL_MS 10000
 #define KEEPALIVE_MS 500
+#define UNFIT_LOG_INTERVAL_MS 10000 /* values dropped as unfit for a [mask] rule: one record */
 #define REASON_MAX (sizeof ((pb_result_t *)0)->error + 64)
 
 typedef struct driver {
@@ -23,6 +25,7 @@ typedef struct driver {
     pb_capture_t *cap;
     pb_sink_t *snk;
     pb_mask_t *mask; /* the [mask] rules, applied before any sink sees an event */
+    pb_log_limit_t unfit_log;
     bool sink_up;
     bool sink_was_up; /* connected once: a later loss is a loss, not the start */
     pb_retry_t sink_retry; /* the backoff of the sink's connects */
@@ -132,6 +135,21 @@ static bool same_aggregate(const pb_event_t *a, const pb_event_t *b)
            strcmp(a->aggregate_type, b->aggregate_type) == 0;
 }
 
+/* Logs, at a bounded rate, that masking dropped values of ev that a rule could not apply to. */
+static void log_unfit(driver_t *d, const pb_event_t *ev, const pb_mask_unfit_t *unfit)
+{
+    uint64_t held;
+    if (!pb_log_limit_pass(&d->unfit_log, pb_monotonic_ms(), &held))
+        return;
+    log_warn_f(FAC,
+               PB_FIELDS(PB_LF_STR("event_id", ev->event_id),
+                         PB_LF_STR("event_type", ev->event_type), PB_LF_NUM("dropped", unfit->n),
+                         PB_LF_NUM("events_not_logged", held)),
+               "[mask]: %zu value(s) that a rule could not apply to were dropped, not published "
+               "(%s)",
+               unfit->n, unfit->first);
+}
+
 /* Masks and checks every untried event of the batch once (checked[i] remembers it): what every
  * sink publishes is the masked payload and headers; an event that cannot be masked or that the
  * sink can never publish is rejected, and the later untried events of its aggregate are held
@@ -150,8 +168,10 @@ static void check_untried(driver_t *d, const pb_capture_batch_t *b)
         if (r->outcome != PB_OUT_UNTRIED || d->checked[i])
             continue;
         d->checked[i] = true;
-        if (!pb_mask_event(d->mask, &b->events[i], &d->masked[i], r) ||
-            !pb_sink_prepare(d->snk, &b->events[i], r))
+        bool masked = pb_mask_event(d->mask, &b->events[i], &d->masked[i], r);
+        if (masked && d->masked[i].unfit.n)
+            log_unfit(d, &b->events[i], &d->masked[i].unfit);
+        if (!masked || !pb_sink_prepare(d->snk, &b->events[i], r))
             d->rejected[n_rejected++] = i;
     }
 }
@@ -414,14 +434,16 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
                           volatile sig_atomic_t *stop, pb_capture_t *cap, pb_sink_t *snk,
                           pb_error_t *err)
 {
-    driver_t d = {.cfg = cfg, .stop = stop, .cap = cap, .snk = snk};
+    driver_t d = {.cfg = cfg, .stop = stop, .cap = cap, .snk = snk,
+                  .unfit_log = {.interval_ms = UNFIT_LOG_INTERVAL_MS}};
     pb_status_t st = pb_mask_new(cfg, &d.mask, err);
     if (st != PB_OK)
         return st;
     if (cfg->n_masks)
         log_info(FAC, "masking the payload and headers of %zu event type(s) before publishing "
-                      "([mask])",
-                 cfg->n_masks);
+                      "([mask])%s%s",
+                 cfg->n_masks, *cfg->relay_mask_allow_types ? "; by allow-list: " : "",
+                 cfg->relay_mask_allow_types);
     d.logged_at = pb_monotonic_ms();
     ensure_capacity(&d, (size_t)cfg->relay_batch_size);
     while (!*stop) {

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <strings.h>
+
 #include <openssl/crypto.h>
 
 #include "common/hmac.h"
@@ -18,6 +20,7 @@
 #define HEADERS_PREFIX "headers:"
 #define MAX_KEEP 100  /* lastN: N at most this */
 #define MAX_INDEX 1000000000u
+#define MAX_SEGMENTS 32 /* of one path: the rewriter keeps each rule's position in a byte */
 
 typedef enum seg_kind { SEG_KEY, SEG_ANY_KEY, SEG_INDEX, SEG_ANY_INDEX } seg_kind_t;
 
@@ -28,7 +31,7 @@ typedef struct seg {
     size_t index; /* SEG_INDEX */
 } seg_t;
 
-typedef enum action { ACT_DROP, ACT_LAST, ACT_HMAC } action_t;
+typedef enum action { ACT_DROP, ACT_LAST, ACT_HMAC, ACT_KEEP } action_t;
 
 typedef struct rule {
     action_t act;
@@ -49,6 +52,8 @@ struct pb_mask {
     type_rules_t *types;
     size_t n_types;
     const type_rules_t *any; /* the "*" entry, or NULL */
+    char **allow;            /* relay.mask_allow_types, split; "*" among them: every type */
+    size_t n_allow;
     unsigned char *key;
     size_t key_len;
 };
@@ -216,6 +221,8 @@ static bool parse_rule(rule_t *r, const char *s, size_t n, const char **why)
     size_t alen = (size_t)(p - s);
     if (alen == 4 && memcmp(s, "drop", 4) == 0) {
         r->act = ACT_DROP;
+    } else if (alen == 4 && memcmp(s, "keep", 4) == 0) {
+        r->act = ACT_KEEP;
     } else if (alen == 4 && memcmp(s, "hmac", 4) == 0) {
         r->act = ACT_HMAC;
     } else if (alen > 4 && alen <= 7 && memcmp(s, "last", 4) == 0 &&
@@ -228,14 +235,21 @@ static bool parse_rule(rule_t *r, const char *s, size_t n, const char **why)
             return *why = "lastN keeps at most 100 characters", false;
         r->keep = keep;
     } else {
-        return *why = "unknown action (expected drop, hmac or lastN such as last4)", false;
+        return *why = "unknown action (expected drop, keep, hmac or lastN such as last4)", false;
     }
     while (p < end && is_space(*p))
         p++;
     if (p == s + alen)
         return *why = p == end ? "no path after the action" : "expected a space after the action",
                false;
-    return parse_path(r, p, end, why);
+    if (!parse_path(r, p, end, why))
+        return false;
+    if (r->n_segs > MAX_SEGMENTS)
+        return *why = "a path of more than 32 segments", false;
+    if (r->act == ACT_KEEP && r->headers)
+        return *why = "keep names payload fields (headers are only masked by drop, lastN and hmac)",
+               false;
+    return true;
 }
 
 static pb_status_t parse_rules(const char *text, rule_t **out, size_t *n_out, pb_error_t *err)
@@ -314,6 +328,9 @@ void pb_mask_free(pb_mask_t *m)
         free_rules(m->types[i].rules, m->types[i].n);
     }
     free(m->types);
+    for (size_t i = 0; i < m->n_allow; i++)
+        free(m->allow[i]);
+    free(m->allow);
     if (m->key) {
         OPENSSL_cleanse(m->key, m->key_len);
         free(m->key);
@@ -321,9 +338,93 @@ void pb_mask_free(pb_mask_t *m)
     free(m);
 }
 
+/* Event types match whatever their case: producers write "Order.Created" as often as
+ * "order.created", and a rule must not miss either. */
+static bool same_type(const char *a, const char *b)
+{
+    return strcasecmp(a, b) == 0;
+}
+
+/* Splits relay.mask_allow_types ("a, b, *") into m->allow. */
+static pb_status_t parse_allow(pb_mask_t *m, const char *text, pb_error_t *err)
+{
+    if (!text || !text[strspn(text, " \t")])
+        return PB_OK;
+    for (const char *p = text;;) {
+        const char *e = strchr(p, ',');
+        if (!e)
+            e = p + strlen(p);
+        const char *s = p, *t = e;
+        while (s < t && is_space(*s))
+            s++;
+        while (t > s && is_space(t[-1]))
+            t--;
+        if (s == t)
+            return pb_fail(err, PB_FATAL, "relay.mask_allow_types \"%s\": an empty event type "
+                                          "(separate types with commas)",
+                           text);
+        m->allow = pb_realloc(m->allow, (m->n_allow + 1) * sizeof *m->allow);
+        m->allow[m->n_allow] = pb_malloc((size_t)(t - s) + 1);
+        memcpy(m->allow[m->n_allow], s, (size_t)(t - s));
+        m->allow[m->n_allow++][t - s] = '\0';
+        if (!*e)
+            return PB_OK;
+        p = e + 1;
+    }
+}
+
+static bool allow_listed(const pb_mask_t *m, const char *event_type)
+{
+    for (size_t i = 0; i < m->n_allow; i++)
+        if (strcmp(m->allow[i], "*") == 0 || (event_type && same_type(m->allow[i], event_type)))
+            return true;
+    return false;
+}
+
+static const type_rules_t *rules_of(const pb_mask_t *m, const char *event_type)
+{
+    for (size_t i = 0; event_type && i < m->n_types; i++)
+        if (&m->types[i] != m->any && same_type(m->types[i].type, event_type))
+            return &m->types[i];
+    return NULL;
+}
+
+/* What the rules of every type say together: no two entries for one type, keep only where the
+ * allow list applies, no allow-listed type without rules. */
+static pb_status_t check_together(const pb_mask_t *m, pb_error_t *err)
+{
+    for (size_t i = 0; i < m->n_types; i++)
+        for (size_t k = i + 1; k < m->n_types; k++)
+            if (same_type(m->types[i].type, m->types[k].type))
+                return pb_fail(err, PB_FATAL,
+                               "mask.%s and mask.%s name the same event type (event types "
+                               "match whatever their case)",
+                               m->types[i].type, m->types[k].type);
+    for (size_t i = 0; i < m->n_types; i++) {
+        const type_rules_t *t = &m->types[i];
+        bool allow = t == m->any ? m->n_allow > 0 : allow_listed(m, t->type);
+        for (size_t k = 0; k < t->n && !allow; k++)
+            if (t->rules[k].act == ACT_KEEP)
+                return pb_fail(err, PB_FATAL,
+                               "mask.%s: rule \"%s\": keep applies only to the event types of "
+                               "relay.mask_allow_types (the others publish every field no rule "
+                               "drops)",
+                               t->type, t->rules[k].text);
+    }
+    for (size_t i = 0; i < m->n_allow; i++) {
+        bool every = strcmp(m->allow[i], "*") == 0;
+        if (every ? m->n_types == 0 : !m->any && !rules_of(m, m->allow[i]))
+            return pb_fail(err, PB_FATAL,
+                           "relay.mask_allow_types names \"%s\" but [mask] has no rules for it "
+                           "(it would publish an empty payload): list its fields with keep",
+                           m->allow[i]);
+    }
+    return PB_OK;
+}
+
 pb_status_t pb_mask_build(size_t n, char *const *types, char *const *rules,
-                          const unsigned char *key, size_t key_len, pb_mask_t **out,
-                          pb_error_t *err)
+                          const char *allow_types, const unsigned char *key, size_t key_len,
+                          pb_mask_t **out, pb_error_t *err)
 {
     *out = NULL;
     pb_mask_t *m = pb_malloc(sizeof *m);
@@ -333,9 +434,10 @@ pb_status_t pb_mask_build(size_t n, char *const *types, char *const *rules,
     for (size_t i = 0; i < n; i++) {
         type_rules_t *t = &m->types[m->n_types];
         pb_error_t inner;
-        if (parse_rules(rules[i], &t->rules, &t->n, &inner) != PB_OK) {
+        if (!*types[i] || parse_rules(rules[i], &t->rules, &t->n, &inner) != PB_OK) {
             pb_mask_free(m);
-            return pb_fail(err, PB_FATAL, "mask.%s: %s", types[i], inner.msg);
+            return pb_fail(err, PB_FATAL, "mask.%s: %s", types[i],
+                           *types[i] ? inner.msg : "an empty event type");
         }
         t->type = pb_strdup(types[i]);
         m->n_types++;
@@ -344,11 +446,17 @@ pb_status_t pb_mask_build(size_t n, char *const *types, char *const *rules,
         if (strcmp(t->type, "*") == 0)
             m->any = t;
     }
+    pb_status_t st = parse_allow(m, allow_types, err);
+    if (st == PB_OK)
+        st = check_together(m, err);
+    if (st != PB_OK) {
+        pb_mask_free(m);
+        return st;
+    }
     for (size_t i = 0; m->any && i < m->n_types; i++) {
         if (&m->types[i] != m->any && m->types[i].n + m->any->n > PB_MASK_MAX_RULES) {
-            pb_status_t st = pb_fail(err, PB_FATAL,
-                                     "mask.%s: more than %d rules with those of mask.*",
-                                     m->types[i].type, PB_MASK_MAX_RULES);
+            st = pb_fail(err, PB_FATAL, "mask.%s: more than %d rules with those of mask.*",
+                         m->types[i].type, PB_MASK_MAX_RULES);
             pb_mask_free(m);
             return st;
         }
@@ -366,6 +474,28 @@ pb_status_t pb_mask_build(size_t n, char *const *types, char *const *rules,
     }
     *out = m;
     return PB_OK;
+}
+
+pb_status_t pb_mask_check_config(const pb_config_t *cfg, pb_error_t *err)
+{
+    bool hmac = false;
+    for (size_t i = 0; i < cfg->n_masks; i++) {
+        bool uses = false;
+        pb_error_t inner;
+        if (pb_mask_check_rules(cfg->mask_types[i], cfg->mask_rules[i], &uses, &inner) != PB_OK)
+            return pb_fail(err, PB_FATAL, "mask.%s: %s", cfg->mask_types[i], inner.msg);
+        hmac |= uses;
+    }
+    if (hmac && !*cfg->relay_mask_key_file)
+        return pb_fail(err, PB_FATAL, "[mask] has hmac rules but relay.mask_key_file is not set");
+    /* the rules together, with a stand-in key (the key file is read at start) */
+    static const unsigned char stand_in[PB_MASK_MIN_KEY];
+    pb_mask_t *m = NULL;
+    pb_status_t st = pb_mask_build(cfg->n_masks, cfg->mask_types, cfg->mask_rules,
+                                   cfg->relay_mask_allow_types, stand_in, sizeof stand_in, &m,
+                                   err);
+    pb_mask_free(m);
+    return st;
 }
 
 /* Reads a secret key file: a regular file that neither group nor others may read or write
@@ -405,55 +535,49 @@ static pb_status_t read_key_file(const char *path, unsigned char *key, size_t *l
 pb_status_t pb_mask_new(const pb_config_t *cfg, pb_mask_t **out, pb_error_t *err)
 {
     *out = NULL;
+    pb_status_t st = pb_mask_check_config(cfg, err);
+    if (st != PB_OK)
+        return st;
     bool hmac = false;
     for (size_t i = 0; i < cfg->n_masks; i++) {
         bool uses = false;
-        pb_error_t inner;
-        if (pb_mask_check_rules(cfg->mask_types[i], cfg->mask_rules[i], &uses, &inner) != PB_OK)
-            return pb_fail(err, PB_FATAL, "mask.%s: %s", cfg->mask_types[i], inner.msg);
+        if (pb_mask_check_rules(cfg->mask_types[i], cfg->mask_rules[i], &uses, err) != PB_OK)
+            return PB_FATAL; /* checked above */
         hmac |= uses;
     }
     unsigned char key[PB_MASK_MAX_KEY + 2];
     size_t key_len = 0;
     if (hmac) {
-        if (!*cfg->relay_mask_key_file)
-            return pb_fail(err, PB_FATAL,
-                           "[mask] has hmac rules but relay.mask_key_file is not set");
-        pb_status_t st = read_key_file(cfg->relay_mask_key_file, key, &key_len, err);
+        st = read_key_file(cfg->relay_mask_key_file, key, &key_len, err);
         if (st != PB_OK) {
             OPENSSL_cleanse(key, sizeof key);
             return st;
         }
     }
-    pb_status_t st = pb_mask_build(cfg->n_masks, cfg->mask_types, cfg->mask_rules,
-                                   hmac ? key : NULL, key_len, out, err);
+    st = pb_mask_build(cfg->n_masks, cfg->mask_types, cfg->mask_rules,
+                       cfg->relay_mask_allow_types, hmac ? key : NULL, key_len, out, err);
     OPENSSL_cleanse(key, sizeof key);
     return st;
 }
 
-static const type_rules_t *rules_of(const pb_mask_t *m, const char *event_type)
-{
-    for (size_t i = 0; event_type && i < m->n_types; i++)
-        if (&m->types[i] != m->any && strcmp(m->types[i].type, event_type) == 0)
-            return &m->types[i];
-    return NULL;
-}
-
 bool pb_mask_applies(const pb_mask_t *m, const char *event_type)
 {
-    return m && (m->any || rules_of(m, event_type));
+    return m && (m->any || rules_of(m, event_type) || allow_listed(m, event_type));
 }
 
 /* The rules for one root (payload or headers) of an event type, its own before those of "*"
- * (the first listed wins where two replace one value). */
+ * (the first listed wins where two replace one value). *allow: the payload of an allow-listed
+ * type (only what a rule publishes goes out); keep rules count only there. */
 static size_t collect(const pb_mask_t *m, const char *event_type, bool headers,
-                      const rule_t *set[PB_MASK_MAX_RULES])
+                      const rule_t *set[PB_MASK_MAX_RULES], bool *allow)
 {
     size_t n = 0;
+    *allow = !headers && allow_listed(m, event_type);
     const type_rules_t *lists[2] = {rules_of(m, event_type), m->any};
     for (int l = 0; l < 2; l++)
         for (size_t i = 0; lists[l] && i < lists[l]->n; i++)
-            if (lists[l]->rules[i].headers == headers)
+            if (lists[l]->rules[i].headers == headers &&
+                (*allow || lists[l]->rules[i].act != ACT_KEEP))
                 set[n++] = &lists[l]->rules[i];
     return n;
 }
@@ -469,14 +593,24 @@ void pb_mask_hmac_hex(const unsigned char *key, size_t key_len, const void *data
 
 typedef enum vtype { V_STR, V_NUM, V_TRUE, V_FALSE, V_NULL, V_OBJ, V_ARR } vtype_t;
 
+/* The rules that go on below a value: a bit per rule of the set, and each one's next segment.
+ * A name meeting an array goes on into its elements without taking a segment, so rules that
+ * went different ways sit at different segments. */
+typedef struct walk {
+    uint64_t alive;
+    uint8_t next[PB_MASK_MAX_RULES];
+} walk_t;
+
 typedef struct rw {
     const char *start, *p, *end;
     pb_buf_t *out;
     const rule_t *const *rules;
+    uint64_t publishing; /* the rules that publish what they name: keep, lastN, hmac */
     const pb_mask_t *m;
     bool changed;
     pb_buf_t tmp; /* a decoded string */
     pb_error_t *why;
+    pb_mask_unfit_t *unfit; /* may be NULL */
 } rw_t;
 
 static bool bad(rw_t *w, const char *what)
@@ -735,19 +869,27 @@ static void decode_string(pb_buf_t *b, const char *s, const char *end)
     }
 }
 
-/* Whether a member name's raw text (with quotes) is the rule segment's name. */
-static bool key_matches(rw_t *w, const seg_t *seg, const char *raw, const char *raw_end,
-                        bool escaped)
+static bool same_name(const char *a, const char *b, size_t n, bool any_case)
 {
+    return any_case ? strncasecmp(a, b, n) == 0 && !memchr(a, '\0', n) : memcmp(a, b, n) == 0;
+}
+
+/* Whether a member name's raw text (with quotes) is segment `at` of rule r. A header's name
+ * matches whatever its case: every broker treats header names so. */
+static bool key_matches(rw_t *w, const rule_t *r, size_t at, const char *raw,
+                        const char *raw_end, bool escaped)
+{
+    const seg_t *seg = &r->segs[at];
     if (seg->kind == SEG_ANY_KEY)
         return true;
     if (seg->kind != SEG_KEY)
         return false;
+    bool any_case = r->headers && at == 0;
     const char *s = raw + 1, *e = raw_end - 1;
     if (!escaped)
-        return (size_t)(e - s) == seg->key_len && memcmp(s, seg->key, seg->key_len) == 0;
+        return (size_t)(e - s) == seg->key_len && same_name(s, seg->key, seg->key_len, any_case);
     decode_string(&w->tmp, s, e);
-    return w->tmp.len == seg->key_len && memcmp(w->tmp.data, seg->key, seg->key_len) == 0;
+    return w->tmp.len == seg->key_len && same_name(w->tmp.data, seg->key, seg->key_len, any_case);
 }
 
 static bool index_matches(const seg_t *seg, size_t index)
@@ -760,6 +902,70 @@ static const char *type_name(vtype_t t)
     static const char *const names[] = {"a string", "a number",  "a boolean", "a boolean",
                                         "null",     "an object", "an array"};
     return names[t];
+}
+
+/* The type of the value at p, from its first character (validated when it is scanned). */
+static vtype_t peek_type(const rw_t *w)
+{
+    if (w->p >= w->end)
+        return V_NUM; /* scanning it reports the error */
+    switch (*w->p) {
+    case '"':
+        return V_STR;
+    case '{':
+        return V_OBJ;
+    case '[':
+        return V_ARR;
+    case 'n':
+        return V_NULL;
+    case 't':
+        return V_TRUE;
+    case 'f':
+        return V_FALSE;
+    default:
+        return V_NUM;
+    }
+}
+
+/* Takes out of `below` the rules whose next segment cannot apply inside a value of type t, and
+ * returns those that fail on it: a name needs an object (or an array, whose elements it goes
+ * into), an index an array. null holds nothing to hide, after a `*` a value of another shape is
+ * simply not one the path selects, and a keep that cannot go on publishes nothing; any other
+ * misfit is a rule that could not apply. */
+static uint64_t misfits(const rw_t *w, walk_t *below, vtype_t t)
+{
+    uint64_t failed = 0;
+    for (uint64_t left = below->alive; left; left &= left - 1) {
+        int i = __builtin_ctzll(left);
+        const rule_t *r = w->rules[i];
+        seg_kind_t next = r->segs[below->next[i]].kind;
+        bool name = next == SEG_KEY || next == SEG_ANY_KEY;
+        if (t == V_ARR || (t == V_OBJ && name))
+            continue;
+        below->alive &= ~(UINT64_C(1) << i);
+        bool after_any = below->next[i] > 0 && r->segs[below->next[i] - 1].kind == SEG_ANY_KEY;
+        if (t != V_NULL && !after_any && r->act != ACT_KEEP)
+            failed |= UINT64_C(1) << i;
+    }
+    return failed;
+}
+
+/* Notes a value dropped because rule r could not apply to it: count and say where. */
+static void note_unfit(rw_t *w, const rule_t *r, const char *key, const char *key_end,
+                       size_t index, vtype_t t)
+{
+    if (!w->unfit)
+        return;
+    if (w->unfit->n++ > 0)
+        return;
+    if (key)
+        snprintf(w->unfit->first, sizeof w->unfit->first,
+                 "rule \"%.80s\" cannot go into member %.*s, %s: dropped", r->text,
+                 (int)(key_end - key > 80 ? 80 : key_end - key), key, type_name(t));
+    else
+        snprintf(w->unfit->first, sizeof w->unfit->first,
+                 "rule \"%.80s\" cannot go into element %zu, %s: dropped", r->text, index,
+                 type_name(t));
 }
 
 /* Writes the replacement of the value s[0..e) of type t under rule r. */
@@ -805,25 +1011,45 @@ static bool replace(rw_t *w, const rule_t *r, const char *s, const char *e, vtyp
     return true;
 }
 
-static bool rewrite_value(rw_t *w, uint64_t alive, size_t depth);
+static bool rewrite_value(rw_t *w, const walk_t *walk, bool allow, size_t depth);
 
-/* One member or element whose path leads rules `child` deeper and is the whole path of rules
- * `hits`: dropped, replaced, rewritten or copied. *first: nothing written in its container yet. */
-static bool rewrite_item(rw_t *w, const char *key, const char *key_end, uint64_t child,
-                         uint64_t hits, size_t depth, bool *first)
+/* Skips the value at p: it is not published. */
+static bool leave_out(rw_t *w, size_t depth)
+{
+    vtype_t t;
+    w->changed = true;
+    return scan_value(w, depth, &t);
+}
+
+/* One member (key) or element (index) that the rules of `hits` name whole and the rules of
+ * `below` lead into: dropped, replaced, rewritten or copied. allow: in the payload of an
+ * allow-listed type, where only what a rule publishes goes out. *first: nothing written in its
+ * container yet. */
+static bool rewrite_item(rw_t *w, const char *key, const char *key_end, size_t index,
+                         walk_t *below, uint64_t hits, bool allow, size_t depth, bool *first)
 {
     const char *s = w->p;
-    vtype_t t;
+    vtype_t t = peek_type(w);
     const rule_t *hit = NULL;
+    bool kept = false;
     for (uint64_t left = hits; left; left &= left - 1) {
         int i = __builtin_ctzll(left); /* the set bits only, lowest (first listed) first */
-        if (w->rules[i]->act == ACT_DROP) {
-            w->changed = true;
-            return scan_value(w, depth, &t);
-        }
-        if (!hit)
+        if (w->rules[i]->act == ACT_DROP)
+            return leave_out(w, depth);
+        if (w->rules[i]->act == ACT_KEEP)
+            kept = true;
+        else if (!hit)
             hit = w->rules[i];
     }
+    if (!hit) { /* a replaced value is replaced whole: the rules inside it do not matter */
+        uint64_t failed = misfits(w, below, t);
+        if (failed) { /* fail closed: what a rule could not check is not published */
+            note_unfit(w, w->rules[__builtin_ctzll(failed)], key, key_end, index, t);
+            return leave_out(w, depth);
+        }
+    }
+    if (allow && !hit && !kept && !(below->alive & w->publishing))
+        return leave_out(w, depth);
     if (!*first)
         pb_buf_putc(w->out, ',');
     *first = false;
@@ -835,16 +1061,45 @@ static bool rewrite_item(rw_t *w, const char *key, const char *key_end, uint64_t
         w->changed = true;
         return scan_value(w, depth, &t) && replace(w, hit, s, w->p, t);
     }
-    if (child)
-        return rewrite_value(w, child, depth);
+    if (below->alive)
+        return rewrite_value(w, below, allow && !kept, depth);
     if (!scan_value(w, depth, &t))
         return false;
     pb_buf_append(w->out, s, (size_t)(w->p - s));
     return true;
 }
 
-/* A value at p whose path (of depth segments) leads the rules in `alive` deeper. */
-static bool rewrite_value(rw_t *w, uint64_t alive, size_t depth)
+/* Where the rules of `walk` go for one member (key) or element (index) of a container: those
+ * it ends (*hits) and those that go on below it. */
+static void step(rw_t *w, const walk_t *walk, const char *key, const char *key_end, bool escaped,
+                 size_t index, walk_t *below, uint64_t *hits)
+{
+    below->alive = 0;
+    *hits = 0;
+    for (uint64_t left = walk->alive; left; left &= left - 1) {
+        int i = __builtin_ctzll(left);
+        uint64_t bit = UINT64_C(1) << i;
+        const rule_t *r = w->rules[i];
+        size_t at = walk->next[i];
+        const seg_t *seg = &r->segs[at];
+        if (!key && (seg->kind == SEG_KEY || seg->kind == SEG_ANY_KEY)) {
+            below->alive |= bit; /* a name into an array: into each of its elements */
+            below->next[i] = (uint8_t)at;
+            continue;
+        }
+        if (key ? !key_matches(w, r, at, key, key_end, escaped) : !index_matches(seg, index))
+            continue;
+        if (at + 1 == r->n_segs) {
+            *hits |= bit;
+        } else {
+            below->alive |= bit;
+            below->next[i] = (uint8_t)(at + 1);
+        }
+    }
+}
+
+/* An object or array at p (or any value, copied) whose members the rules of `walk` lead into. */
+static bool rewrite_value(rw_t *w, const walk_t *walk, bool allow, size_t depth)
 {
     if (depth > PB_MASK_MAX_DEPTH)
         return bad(w, "nested deeper than 512 levels");
@@ -883,19 +1138,10 @@ static bool rewrite_value(rw_t *w, uint64_t alive, size_t depth)
             w->p++;
             skip_ws(w);
         }
-        uint64_t child = 0, hits = 0;
-        for (uint64_t left = alive; left; left &= left - 1) {
-            int i = __builtin_ctzll(left);
-            uint64_t bit = UINT64_C(1) << i;
-            const seg_t *seg = &w->rules[i]->segs[depth];
-            if (object ? !key_matches(w, seg, key, key_end, escaped) : !index_matches(seg, index))
-                continue;
-            if (w->rules[i]->n_segs == depth + 1)
-                hits |= bit;
-            else
-                child |= bit;
-        }
-        if (!rewrite_item(w, key, key_end, child, hits, depth + 1, &first))
+        walk_t below;
+        uint64_t hits;
+        step(w, walk, key, key_end, escaped, index, &below, &hits);
+        if (!rewrite_item(w, key, key_end, index, &below, hits, allow, depth + 1, &first))
             return false;
         skip_ws(w);
         if (w->p < w->end && *w->p == ',') {
@@ -914,20 +1160,53 @@ static bool rewrite_value(rw_t *w, uint64_t alive, size_t depth)
 
 pb_status_t pb_mask_rewrite(const pb_mask_t *m, const char *event_type, bool headers,
                             const char *json, size_t len, pb_buf_t *out, bool *changed,
-                            pb_error_t *why)
+                            pb_mask_unfit_t *unfit, pb_error_t *why)
 {
     *changed = false;
+    if (unfit)
+        *unfit = (pb_mask_unfit_t){0};
     if (!json)
         json = "";
     const rule_t *set[PB_MASK_MAX_RULES];
-    size_t n = collect(m, event_type, headers, set);
+    bool allow;
+    size_t n = collect(m, event_type, headers, set, &allow);
     rw_t w = {.start = json, .p = json, .end = json + len, .out = out, .rules = set, .m = m,
-              .why = why};
+              .why = why, .unfit = unfit};
     size_t mark = out->len;
-    uint64_t alive = n == PB_MASK_MAX_RULES ? UINT64_MAX : (UINT64_C(1) << n) - 1;
+    walk_t root = {.alive = n == PB_MASK_MAX_RULES ? UINT64_MAX : (UINT64_C(1) << n) - 1};
+    for (size_t i = 0; i < n; i++)
+        if (set[i]->act != ACT_DROP)
+            w.publishing |= UINT64_C(1) << i;
     skip_ws(&w);
-    bool ok = n == 0 ? true : rewrite_value(&w, alive, 0);
-    if (ok && n) {
+    bool ok = true;
+    if (n || allow) {
+        /* the root cannot be dropped: a rule that cannot go into it fails the whole text */
+        vtype_t t = peek_type(&w);
+        uint64_t failed = 0;
+        if (t != V_OBJ && t != V_ARR) { /* a scalar: valid JSON first, then what it is */
+            const char *s = w.p;
+            ok = scan_value(&w, 0, &t);
+            w.p = s;
+        }
+        if (ok && !(allow && t != V_OBJ && t != V_ARR && t != V_NULL))
+            failed = misfits(&w, &root, t);
+        if (!ok) {
+            /* not valid JSON: why says so */
+        } else if (allow && t != V_OBJ && t != V_ARR && t != V_NULL) {
+            pb_fail(why, PB_FATAL, "the payload is %s: relay.mask_allow_types publishes the "
+                                   "fields of an object or array only",
+                    type_name(t));
+            ok = false;
+        } else if (failed) {
+            pb_fail(why, PB_FATAL, "rule \"%s\" cannot go into the %s, which is %s",
+                    set[__builtin_ctzll(failed)]->text, headers ? "headers" : "payload",
+                    type_name(t));
+            ok = false;
+        } else {
+            ok = rewrite_value(&w, &root, allow, 0);
+        }
+    }
+    if (ok && (n || allow)) {
         skip_ws(&w);
         if (w.p != w.end)
             ok = bad(&w, "text after the value");
@@ -947,14 +1226,16 @@ pb_status_t pb_mask_rewrite(const pb_mask_t *m, const char *event_type, bool hea
 
 bool pb_mask_event(const pb_mask_t *m, pb_event_t *ev, pb_masked_t *keep, pb_result_t *result)
 {
+    keep->unfit = (pb_mask_unfit_t){0};
     if (!pb_mask_applies(m, ev->event_type))
         return true;
     pb_error_t why;
     bool changed = false;
+    pb_mask_unfit_t unfit;
     pb_buf_reset(&keep->payload);
     pb_buf_reset(&keep->headers);
     if (pb_mask_rewrite(m, ev->event_type, false, ev->payload, ev->payload_len, &keep->payload,
-                        &changed, &why) != PB_OK) {
+                        &changed, &keep->unfit, &why) != PB_OK) {
         pb_result_setf(result, PB_OUT_REJECT, "payload cannot be masked by the [mask] rules of "
                                               "\"%s\": %s",
                        ev->event_type, why.msg);
@@ -965,11 +1246,16 @@ bool pb_mask_event(const pb_mask_t *m, pb_event_t *ev, pb_masked_t *keep, pb_res
     bool has_headers = ev->headers && ev->headers[strspn(ev->headers, " \t\r\n")];
     if (has_headers &&
         pb_mask_rewrite(m, ev->event_type, true, ev->headers, strlen(ev->headers), &keep->headers,
-                        &changed, &why) != PB_OK) {
+                        &changed, &unfit, &why) != PB_OK) {
         pb_result_setf(result, PB_OUT_REJECT, "headers cannot be masked by the [mask] rules of "
                                               "\"%s\": %s",
                        ev->event_type, why.msg);
         return false;
+    }
+    if (has_headers && unfit.n) {
+        if (!keep->unfit.n)
+            memcpy(keep->unfit.first, unfit.first, sizeof unfit.first);
+        keep->unfit.n += unfit.n;
     }
     bool headers_changed = has_headers && changed;
     if (!payload_changed && !headers_changed)

@@ -1,5 +1,7 @@
-/* PII masking (relay/mask.c): rule syntax, nested paths, arrays, missing fields, non-string
- * values, drop / lastN / hmac (RFC 4231 vectors), headers, the event hook and the key file. */
+/* PII masking (relay/mask.c): rule syntax, nested paths, arrays (with and without [*]), missing
+ * fields, values a rule cannot go into (dropped), non-string values, drop / lastN / hmac (RFC
+ * 4231 vectors), header names and event types in any case, the allow list, the event hook and
+ * the key file. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,23 +20,34 @@
 /* RFC 4231 test case 6/7 key: 131 bytes of 0xaa (long enough for PB_MASK_MIN_KEY). */
 static unsigned char key131[131];
 
-static pb_mask_t *build2(const char *type, const char *rules, const char *type2,
-                         const char *rules2)
+/* The engine of one or two [mask] entries, with relay.mask_allow_types = allow (may be NULL). */
+static pb_mask_t *build_allow(const char *type, const char *rules, const char *type2,
+                              const char *rules2, const char *allow)
 {
     char *types[2] = {(char *)type, (char *)type2};
     char *texts[2] = {(char *)rules, (char *)rules2};
     pb_mask_t *m = NULL;
     pb_error_t err;
-    pb_status_t st = pb_mask_build(type2 ? 2 : 1, types, texts, key131, sizeof key131, &m, &err);
+    pb_status_t st = pb_mask_build(type2 ? 2 : 1, types, texts, allow, key131, sizeof key131, &m,
+                                   &err);
     if (st != PB_OK)
         fail_msg("build failed: %s", err.msg);
     return m;
+}
+
+static pb_mask_t *build2(const char *type, const char *rules, const char *type2,
+                         const char *rules2)
+{
+    return build_allow(type, rules, type2, rules2, NULL);
 }
 
 static pb_mask_t *build(const char *type, const char *rules)
 {
     return build2(type, rules, NULL, NULL);
 }
+
+/* What the last apply() dropped as unfit for a rule. */
+static pb_mask_unfit_t last_unfit;
 
 /* The payload of an event of type "t" after the rules; "=" when nothing changed. */
 static char *apply(pb_mask_t *m, bool headers, const char *json)
@@ -43,7 +56,8 @@ static char *apply(pb_mask_t *m, bool headers, const char *json)
     pb_buf_t out = {0};
     bool changed;
     pb_error_t why;
-    pb_status_t st = pb_mask_rewrite(m, "t", headers, json, strlen(json), &out, &changed, &why);
+    pb_status_t st = pb_mask_rewrite(m, "t", headers, json, strlen(json), &out, &changed,
+                                     &last_unfit, &why);
     if (st != PB_OK)
         snprintf(result, sizeof result, "error: %s", why.msg);
     else if (!changed)
@@ -165,8 +179,34 @@ static void arrays(void **state)
                         "[{\"x\":2},{}]");
     assert_string_equal(apply_rules("last1 m[*][1]", "{\"m\":[[\"ab\",\"cd\"],[\"ef\"]]}"),
                         "{\"m\":[[\"ab\",\"*d\"],[\"ef\"]]}");
-    /* an index into an object, a name into an array: no match */
-    assert_string_equal(apply_rules("drop items.card, drop x[0]", doc), "=");
+    /* a missing member: no match */
+    assert_string_equal(apply_rules("drop x[0]", doc), "=");
+}
+
+/* A path without [*] reaches into arrays too: a name (or `*`) meeting an array goes into each
+ * of its elements, as deep as arrays nest; [*] says the same explicitly. (It used to match
+ * nothing: "drop items.card" published every card.) */
+static void names_go_into_arrays(void **state)
+{
+    (void)state;
+    const char *doc = "{\"items\": [{\"card\": \"4111111111111111\", \"sku\": \"A\"}, "
+                      "{\"sku\": \"B\"}, {\"card\": \"5500000000000004\"}]}";
+    const char *no_cards = "{\"items\":[{\"sku\":\"A\"},{\"sku\":\"B\"},{}]}";
+    assert_string_equal(apply_rules("drop items.card", doc), no_cards);
+    assert_string_equal(apply_rules("drop items[*].card", doc), no_cards);
+    assert_string_equal(apply_rules("last4 items.card", doc),
+                        "{\"items\":[{\"card\":\"************1111\",\"sku\":\"A\"},"
+                        "{\"sku\":\"B\"},{\"card\":\"************0004\"}]}");
+    /* arrays in arrays, an array at the root, `*` over the elements' members */
+    assert_string_equal(apply_rules("drop m.ssn", "{\"m\":[[{\"ssn\":1,\"k\":2}],[{\"ssn\":3}]]}"),
+                        "{\"m\":[[{\"k\":2}],[{}]]}");
+    assert_string_equal(apply_rules("drop pan", "[{\"pan\":1,\"x\":2},{\"pan\":3}]"),
+                        "[{\"x\":2},{}]");
+    assert_string_equal(apply_rules("last0 people.*", "{\"people\":[{\"a\":\"xy\"},{\"b\":7}]}"),
+                        "{\"people\":[{\"a\":\"**\"},{\"b\":\"*\"}]}");
+    /* a name that ends the path names the member of each element, not the array */
+    assert_string_equal(apply_rules("drop items", "{\"items\":[1,2],\"k\":0}"), "{\"k\":0}");
+    assert_int_equal(last_unfit.n, 0);
 }
 
 static void missing_fields(void **state)
@@ -175,12 +215,12 @@ static void missing_fields(void **state)
     assert_string_equal(apply_rules("drop customer.ssn", "{\"customer\":{\"name\":\"x\"}}"),
                         "=");
     assert_string_equal(apply_rules("drop customer.ssn", "{\"n\":1}"), "=");
-    /* a path through a value that is not a container */
-    assert_string_equal(apply_rules("drop customer.ssn", "{\"customer\":\"x\"}"), "=");
     assert_string_equal(apply_rules("drop items[5]", "{\"items\":[1,2]}"), "=");
     assert_string_equal(apply_rules("drop a", "{}"), "=");
     assert_string_equal(apply_rules("drop a", "[]"), "=");
-    assert_string_equal(apply_rules("drop a", "\"text\""), "=");
+    /* null holds nothing: a path through it matches nothing */
+    assert_string_equal(apply_rules("drop customer.ssn", "{\"customer\":null}"), "=");
+    assert_int_equal(last_unfit.n, 0);
     /* rules of other types do not apply */
     pb_mask_t *m = build("other", "drop a");
     assert_string_equal(apply(m, false, "{\"a\":1}"), "=");
@@ -277,8 +317,8 @@ static void precedence_and_every_type(void **state)
     bool changed;
     pb_error_t why;
     const char *doc = "{\"ssn\":\"1\"}";
-    assert_int_equal(pb_mask_rewrite(m, "other", false, doc, strlen(doc), &out, &changed, &why),
-                     PB_OK);
+    assert_int_equal(
+        pb_mask_rewrite(m, "other", false, doc, strlen(doc), &out, &changed, NULL, &why), PB_OK);
     assert_true(changed);
     assert_string_equal(out.data, "{}");
     pb_buf_free(&out);
@@ -380,6 +420,211 @@ static void event_masked_and_restored(void **state)
     pb_mask_free(m);
     /* no engine (no rules): nothing to do */
     assert_true(pb_mask_event(NULL, &ev, &keep, &res));
+}
+
+/* A value that a rule's path cannot go into is dropped (fail closed) and counted, where it used
+ * to be published as it was: "last4 card.number" passed a card that was a plain string. */
+static void unfit_values_fail_closed(void **state)
+{
+    (void)state;
+    assert_string_equal(apply_rules("last4 card.number", "{\"card\":\"4111111111111111\",\"k\":1}"),
+                        "{\"k\":1}");
+    assert_int_equal(last_unfit.n, 1);
+    assert_string_equal(last_unfit.first, "rule \"last4 card.number\" cannot go into member "
+                                          "\"card\", a string: dropped");
+    assert_string_equal(apply_rules("hmac customer.email, drop customer.ssn",
+                                    "{\"customer\":\"ann@example.com\"}"),
+                        "{}");
+    assert_int_equal(last_unfit.n, 1);
+    /* a number, a boolean; an index into an object; in an array, the elements that do not fit */
+    assert_string_equal(apply_rules("drop a.b, drop c.d, drop e[0]",
+                                    "{\"a\":4111,\"c\":true,\"e\":{\"0\":\"x\"},\"k\":1}"),
+                        "{\"k\":1}");
+    assert_int_equal(last_unfit.n, 3);
+    assert_string_equal(apply_rules("last4 cards.number",
+                                    "{\"cards\":[{\"number\":\"5500000000000004\"},\"4111111111111111\"]}"),
+                        "{\"cards\":[{\"number\":\"************0004\"}]}");
+    assert_int_equal(last_unfit.n, 1);
+    assert_string_equal(last_unfit.first, "rule \"last4 cards.number\" cannot go into element 1, "
+                                          "a string: dropped");
+    /* after `*`, a member of another shape is not one the path selects: left as it is */
+    assert_string_equal(apply_rules("drop *.ssn", "{\"name\":\"Ann\",\"n\":[1],\"c\":{\"ssn\":1}}"),
+                        "{\"name\":\"Ann\",\"n\":[1],\"c\":{}}");
+    assert_int_equal(last_unfit.n, 0);
+    /* the root cannot be dropped: the text is refused (the event is dead-lettered) */
+    assert_string_equal(apply_rules("drop a", "\"text\""),
+                        "error: rule \"drop a\" cannot go into the payload, which is a string");
+    assert_string_equal(apply_rules("drop [0]", "{\"a\":1}"),
+                        "error: rule \"drop [0]\" cannot go into the payload, which is an object");
+    assert_string_equal(apply_rules("drop a", "null"), "=");
+    /* the event hook reports the count and the first one of payload and headers together */
+    pb_mask_t *m = build("t", "drop card.number, drop headers:x-user.id");
+    const char *payload = "{\"card\":\"4111111111111111\"}", *headers = "{\"x-user\":\"u-1\"}";
+    pb_event_t ev = {.event_type = "t", .payload = payload, .payload_len = strlen(payload),
+                     .headers = headers};
+    pb_masked_t keep = {0};
+    pb_result_t res = {0};
+    assert_true(pb_mask_event(m, &ev, &keep, &res));
+    assert_string_equal(ev.payload, "{}");
+    assert_string_equal(ev.headers, "{}");
+    assert_int_equal(keep.unfit.n, 2);
+    assert_non_null(strstr(keep.unfit.first, "card.number"));
+    pb_mask_restore(&ev, &keep);
+    pb_mask_free(m);
+}
+
+/* Header names match whatever their case (every broker treats them so); the names inside a
+ * header's value and the payload's member names match exactly. */
+static void header_names_any_case(void **state)
+{
+    (void)state;
+    pb_mask_t *m = build("t", "drop headers:x-ssn, hmac headers:X-User-Email, drop ssn");
+    char hex[65], want[256];
+    hex_of(key131, sizeof key131, "a@b.example", hex);
+    snprintf(want, sizeof want, "{\"trace\":\"t1\",\"x-user-email\":\"%s\"}", hex);
+    assert_string_equal(apply(m, true, "{\"X-SSN\":\"078-05-1120\",\"trace\":\"t1\",\"x-Ssn\":\"1\","
+                                       "\"x-user-email\":\"a@b.example\",\"X-\\u0053SN\":\"2\"}"),
+                        want);
+    assert_string_equal(apply(m, false, "{\"SSN\":\"1\",\"ssn\":\"2\"}"), "{\"SSN\":\"1\"}");
+    pb_mask_free(m);
+    m = build("t", "drop headers:meta.Secret");
+    assert_string_equal(apply(m, true, "{\"META\":{\"secret\":1,\"Secret\":2}}"),
+                        "{\"META\":{\"secret\":1}}");
+    pb_mask_free(m);
+}
+
+/* Event types match whatever their case; two entries for one type are refused. */
+static void event_types_any_case(void **state)
+{
+    (void)state;
+    pb_mask_t *m = build("Order.Created", "drop ssn");
+    assert_true(pb_mask_applies(m, "order.created"));
+    assert_true(pb_mask_applies(m, "ORDER.CREATED"));
+    assert_false(pb_mask_applies(m, "order.created.v2"));
+    pb_buf_t out = {0};
+    bool changed;
+    pb_error_t why;
+    const char *doc = "{\"ssn\":\"1\",\"k\":2}";
+    assert_int_equal(pb_mask_rewrite(m, "ORDER.created", false, doc, strlen(doc), &out, &changed,
+                                     NULL, &why),
+                     PB_OK);
+    assert_true(changed);
+    assert_string_equal(out.data, "{\"k\":2}");
+    pb_buf_free(&out);
+    pb_mask_free(m);
+    char t1[] = "order.created", t2[] = "ORDER.Created", r1[] = "drop a", r2[] = "drop b";
+    char *types[2] = {t1, t2}, *texts[2] = {r1, r2};
+    pb_error_t err;
+    assert_int_equal(pb_mask_build(2, types, texts, NULL, NULL, 0, &m, &err), PB_FATAL);
+    assert_null(m);
+    assert_non_null(strstr(err.msg, "mask.order.created and mask.ORDER.Created name the same "
+                                    "event type"));
+}
+
+/* relay.mask_allow_types: of an allow-listed type's payload, only what a rule names goes out. */
+static void allow_list(void **state)
+{
+    (void)state;
+    pb_mask_t *m = build_allow("t", "keep id, keep customer.country, last4 card.number, "
+                                    "hmac customer.email, keep items.sku, keep notes, drop notes.ssn",
+                               NULL, NULL, "t");
+    char hex[65], want[512];
+    hex_of(key131, sizeof key131, "a@b.example", hex);
+    snprintf(want, sizeof want,
+             "{\"id\":7,\"customer\":{\"country\":\"DE\",\"email\":\"%s\"},"
+             "\"card\":{\"number\":\"************1111\"},\"items\":[{\"sku\":\"A\"},{}],"
+             "\"notes\":{\"text\":\"hi\"}}",
+             hex);
+    assert_string_equal(
+        apply(m, false, "{\"id\":7,\"customer\":{\"name\":\"Ann\",\"country\":\"DE\","
+                        "\"email\":\"a@b.example\",\"ssn\":\"078-05-1120\"},"
+                        "\"card\":{\"number\":\"4111111111111111\",\"cvv\":\"123\"},"
+                        "\"items\":[{\"sku\":\"A\",\"price\":1},{\"price\":2}],"
+                        "\"notes\":{\"text\": \"hi\", \"ssn\": \"1\"},\"extra\":{\"a\":1}}"),
+        want);
+    /* everything kept: unchanged; nothing named: an empty object */
+    assert_string_equal(apply(m, false, "{\"id\":7}"), "=");
+    assert_string_equal(apply(m, false, "{\"name\":\"Ann\"}"), "{}");
+    /* a keep whose path does not fit publishes nothing there, silently; an hmac that cannot
+     * go on is a rule that could not apply */
+    assert_string_equal(apply(m, false, "{\"id\":1,\"items\":\"A\"}"), "{\"id\":1}");
+    assert_int_equal(last_unfit.n, 0);
+    assert_string_equal(apply(m, false, "{\"id\":1,\"customer\":\"Ann\"}"), "{\"id\":1}");
+    assert_int_equal(last_unfit.n, 1);
+    /* the headers are not allow-listed: only their drop, lastN and hmac rules apply */
+    assert_string_equal(apply(m, true, "{\"trace\":\"t\"}"), "=");
+    /* a payload that is not an object or array is refused */
+    assert_non_null(strstr(apply(m, false, "\"Ann\""), "error: the payload is a string"));
+    assert_string_equal(apply(m, false, "null"), "=");
+    pb_mask_free(m);
+
+    /* "*": its rules join every type's; the allow list matches whatever the case; a type that is
+     * not listed keeps every field but those dropped, and the keep rules of "*" do not apply */
+    m = build_allow("order.created", "keep id", "*", "keep trace_id, drop id.secret",
+                    "ORDER.CREATED");
+    pb_buf_t out = {0};
+    bool changed;
+    pb_error_t why;
+    const char *doc = "{\"id\":{\"n\":1,\"secret\":2},\"trace_id\":\"t\",\"name\":\"Ann\"}";
+    assert_int_equal(pb_mask_rewrite(m, "order.created", false, doc, strlen(doc), &out, &changed,
+                                     NULL, &why),
+                     PB_OK);
+    assert_string_equal(out.data, "{\"id\":{\"n\":1},\"trace_id\":\"t\"}");
+    pb_buf_reset(&out);
+    assert_int_equal(pb_mask_rewrite(m, "order.paid", false, doc, strlen(doc), &out, &changed,
+                                     NULL, &why),
+                     PB_OK);
+    assert_string_equal(out.data, "{\"id\":{\"n\":1},\"trace_id\":\"t\",\"name\":\"Ann\"}");
+    pb_buf_free(&out);
+    pb_mask_free(m);
+
+    /* "*" in the allow list: every type, those without rules publish an empty object */
+    m = build_allow("a", "keep x", NULL, NULL, "*");
+    assert_true(pb_mask_applies(m, "b"));
+    pb_mask_free(m);
+}
+
+/* What relay.mask_allow_types and keep rules must agree on, checked when the config is read. */
+static void allow_list_config(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *type, *rules, *allow, *error; /* error NULL: accepted */
+    } cases[] = {
+        {"t", "keep a", "t", NULL},
+        {"t", "keep a", "T, other.type", "no rules for it"},
+        {"t", "keep a", " t , * ", NULL},
+        {"t", "keep a", "", "keep applies only to the event types of relay.mask_allow_types"},
+        {"*", "keep a", "", "keep applies only"},
+        {"*", "keep a", "t", NULL},
+        {"t", "drop a", "u", "relay.mask_allow_types names \"u\" but [mask] has no rules"},
+        {"t", "drop a", "t,,u", "an empty event type"},
+        {"t", "keep headers:x", "t", "keep names payload fields"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pb_config_t cfg;
+        pb_error_t err = {0};
+        pb_config_init(&cfg);
+        char name[64];
+        snprintf(name, sizeof name, "mask.%s", cases[i].type);
+        pb_status_t st = pb_config_set(&cfg, name, cases[i].rules, PB_CFG_CLI, &err);
+        if (st == PB_OK)
+            st = pb_config_set(&cfg, "relay.mask_allow_types", cases[i].allow, PB_CFG_CLI, &err);
+        if (st == PB_OK)
+            st = pb_config_validate(&cfg, &err);
+        pb_mask_t *m = NULL;
+        if (st == PB_OK)
+            st = pb_mask_new(&cfg, &m, &err);
+        pb_mask_free(m);
+        pb_config_free(&cfg);
+        if (!cases[i].error) {
+            if (st != PB_OK)
+                fail_msg("case %zu refused: %s", i, err.msg);
+        } else if (st != PB_FATAL || !strstr(err.msg, cases[i].error)) {
+            fail_msg("case %zu: expected an error with \"%s\", got %s", i, cases[i].error,
+                     st == PB_OK ? "none" : err.msg);
+        }
+    }
 }
 
 static const char *key_file(const char *content, size_t len, mode_t mode)
@@ -498,6 +743,12 @@ int main(void)
         cmocka_unit_test(rule_syntax),
         cmocka_unit_test(nested_paths),
         cmocka_unit_test(arrays),
+        cmocka_unit_test(names_go_into_arrays),
+        cmocka_unit_test(unfit_values_fail_closed),
+        cmocka_unit_test(header_names_any_case),
+        cmocka_unit_test(event_types_any_case),
+        cmocka_unit_test(allow_list),
+        cmocka_unit_test(allow_list_config),
         cmocka_unit_test(missing_fields),
         cmocka_unit_test(non_string_values),
         cmocka_unit_test(hmac_rfc4231),
