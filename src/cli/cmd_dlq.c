@@ -22,11 +22,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "common/event.h"
 #include "common/str.h"
 #include "sink/sink.h"
+#include "source/source.h"
 #include "store/dead_letters.h"
 #include "store/pg.h"
 
@@ -59,6 +62,41 @@ static const char *header_text(json_t *headers, const char *key)
 {
     json_t *v = json_object_get(headers, key);
     return json_is_string(v) ? json_string_value(v) : "";
+}
+
+/* The aggregate_sequence header (a number, or its text as NATS and Redis keep it), 0 if none. */
+static int64_t header_sequence(json_t *headers)
+{
+    json_t *v = json_object_get(headers, PB_SEQUENCE_HEADER);
+    if (json_is_integer(v))
+        return json_integer_value(v) > 0 ? (int64_t)json_integer_value(v) : 0;
+    if (json_is_string(v))
+        return pb_source_sequence(json_string_value(v), json_string_length(v));
+    return 0;
+}
+
+/* The created_at header as the sinks write it ("2026-01-02T03:04:05.678901Z"), in unix
+ * microseconds; fallback when there is none or it does not parse. */
+static int64_t header_created_us(json_t *headers, int64_t fallback)
+{
+    const char *text = header_text(headers, "created_at");
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *rest = strptime(text, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!rest)
+        return fallback;
+    long frac = 0;
+    int digits = 0;
+    if (*rest == '.')
+        for (rest++; *rest >= '0' && *rest <= '9' && digits < 6; rest++, digits++)
+            frac = frac * 10 + (*rest - '0');
+    for (; digits < 6; digits++)
+        frac *= 10;
+    while (*rest >= '0' && *rest <= '9')
+        rest++;
+    if (strcmp(rest, "Z") != 0)
+        return fallback;
+    return (int64_t)timegm(&tm) * 1000000 + frac;
 }
 
 /* Where a dead message goes back to: the sink of the broker the consumer reads (consume.source),
@@ -120,6 +158,9 @@ static int replay_inbox(pb_cli_t *cli, PGconn *conn, const pb_dlq_filter_t *f)
             .payload_len = (size_t)PQgetlength(rows, r, 5),
             .aggregate_type = header_text(headers[i], "aggregate_type"),
             .aggregate_id = header_text(headers[i], "aggregate_id"),
+            .sequence = header_sequence(headers[i]),
+            .created_at_us =
+                header_created_us(headers[i], strtoll(PQgetvalue(rows, r, 6), NULL, 10)),
         };
         if (dest)
             pb_result_set(&results[i], PB_OUT_UNTRIED, NULL);

@@ -242,7 +242,8 @@ pb_status_t pb_dlq_inbox_read(PGconn *conn, const pb_dlq_filter_t *f, PGresult *
 {
     return run(conn, PB_DLQ_INBOX, f,
                "SELECT id::text, message_id, coalesce(message_type, ''), routing_key, "
-               "       headers::text, body FROM postbox.inbox_dead "
+               "       headers::text, body, "
+               "       (extract(epoch FROM dead_at) * 1000000)::bigint::text FROM postbox.inbox_dead "
                "WHERE message_id IS NOT NULL AND %s ORDER BY id",
                1, PGRES_TUPLES_OK, "read inbox dead letters", out, err);
 }

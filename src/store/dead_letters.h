@@ -84,7 +84,8 @@ pb_status_t pb_dlq_replay_outbox(PGconn *conn, const pb_dlq_filter_t *f, int64_t
  *
  * pb_dlq_inbox_read: the matching inbox dead letters that have a message id, in id order, as
  * binary results (the body byte for byte, text columns as their bytes): id (text), message_id,
- * message_type ('' when none), routing_key, headers (json text), body. The caller clears *out. */
+ * message_type ('' when none), routing_key, headers (json text), body, dead_at (unix
+ * microseconds, as text). The caller clears *out. */
 pb_status_t pb_dlq_inbox_read(PGconn *conn, const pb_dlq_filter_t *f, PGresult **out,
                               pb_error_t *err) PB_MUSTCHECK;
 

@@ -2,8 +2,9 @@
 # `postbox dlq --inbox replay` with the redis source: a poison message published by the relay
 # lands in postbox.inbox_dead; a replay while redis cannot be reached changes nothing; once the
 # handler is fixed, the replay adds the message again to the stream it was read from (the full
-# name in redis.streams, not redis.stream_prefix put before it once more), deletes the dead
-# letter, and the consumer handles it exactly once.
+# name in redis.streams, not redis.stream_prefix put before it once more) with the event's
+# created_at and aggregate_sequence, deletes the dead letter, and the consumer handles it
+# exactly once.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/redis_lib.sh"
 
@@ -43,6 +44,11 @@ streams=$(redis_streams | tr '\n' ' ')
 [[ $streams == "$STREAM " ]] || fail "the test's keys after the replay are '$streams', expected only $STREAM"
 (($(stream_len "$STREAM") == 2)) || fail "$STREAM holds $(stream_len "$STREAM") entries after the replay, expected 2"
 [[ $(dead) == 0 ]] || fail "the replayed dead letter is still in inbox_dead"
+# the copy keeps the event's created_at and aggregate_sequence
+fields() { redis_cli --raw XRANGE "$STREAM" - + | awk -v k="$1" 'prev == k { print } { prev = $0 }'; }
+stamps=$(fields created_at | sort -u | wc -l) seqs=$(fields aggregate_sequence | tr '\n' ' ')
+((stamps == 1)) || fail "the replayed entry's created_at differs: $(fields created_at | tr '\n' ' ')"
+[[ $seqs == "1 1 " ]] || fail "aggregate_sequence of the entries: '$seqs', expected '1 1 '"
 
 start_consumer --set "handlers.bad.v1=$GOOD_SQL"
 wait_until '[[ $(psql_q "SELECT count(*) FROM seen") -ge 1 && $(redis_cli XPENDING "$STREAM" "$GROUP" | head -1) == 0 ]]' 30 ||
