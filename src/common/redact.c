@@ -3,7 +3,10 @@
 #include <ctype.h>
 #include <stdbool.h>
 #include <string.h>
+#include <stdlib.h>
 #include <strings.h>
+
+#include "common/str.h"
 
 /* Keys whose value is a secret, in URL queries and libpq key=value strings. */
 static const char *const secret_keys[] = {"password", "sslpassword", "passwd", "token", "secret"};
@@ -63,12 +66,13 @@ static size_t secret_value_at(const char *in, size_t i)
     return 0;
 }
 
-/* End of a value at in + j: a single-quoted libpq value (backslash escapes), or a bare one up
- * to a blank or the next URL query parameter. */
+/* End of a value at in + j: a quoted one (single quotes in libpq strings, double quotes in JAAS
+ * lines; backslash escapes), or a bare one up to a blank or the next URL query parameter. */
 static size_t value_end(const char *in, size_t j)
 {
-    if (in[j] == '\'') {
-        for (j++; in[j] && in[j] != '\''; j++)
+    if (in[j] == '\'' || in[j] == '"') {
+        char quote = in[j];
+        for (j++; in[j] && in[j] != quote; j++)
             if (in[j] == '\\' && in[j + 1])
                 j++;
         return in[j] ? j + 1 : j;
@@ -79,23 +83,41 @@ static size_t value_end(const char *in, size_t j)
     return j;
 }
 
-static bool token_scheme(const char *scheme, size_t len)
+/* NATS's schemes (ws and wss: its websocket ones): a userinfo without ':' is a token, and a comma
+ * starts the next server of the list (postbox hands libnats nats.url split at commas). */
+static bool nats_scheme(const char *scheme, size_t len)
 {
-    return (len == 4 && strncasecmp(scheme, "nats", 4) == 0) ||
-           (len == 3 && strncasecmp(scheme, "tls", 3) == 0);
+    static const char *const names[] = {"nats", "tls", "ws", "wss"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (len == strlen(names[k]) && strncasecmp(scheme, names[k], len) == 0)
+            return true;
+    return false;
 }
 
-/* The authority of the URL whose "://" is at in + i (scheme from in + scheme): writes it with
- * the secret hidden and returns the offset where copying goes on. */
-static size_t redact_url(const char *in, size_t scheme, size_t i, sink_t *o)
+/* Whether in[p, q) is a port: digits, then at most closing punctuation of the text around the
+ * URL ("at nats://h:4222: refused", "(amqp://h:5672)."). */
+static bool port_text(const char *in, size_t p, size_t q)
 {
-    size_t a = i + 3;
-    put(o, in + i, 3);
-    /* the userinfo of this URL ends at the last '@' before the next URL or blank: a password
-     * with an unencoded '@', '/' or ',' is hidden whole */
+    size_t d = p;
+    while (d < q && isdigit((unsigned char)in[d]))
+        d++;
+    if (d == p)
+        return false;
+    for (; d < q; d++)
+        if (!strchr(":;.)]}>\"'", in[d]))
+            return false;
+    return true;
+}
+
+/* The authority of a URL, from in + a (after "://"), with its secret hidden; returns the offset
+ * where copying goes on. In a NATS list (nats) a comma ends it. */
+static size_t redact_authority(const char *in, size_t a, bool nats, sink_t *o)
+{
+    /* the userinfo ends at the last '@' before the next URL or blank: a password with an
+     * unencoded '@' or '/' (or, outside NATS lists, ',') is hidden whole */
     size_t e = a, at = 0;
     bool has_at = false;
-    while (in[e] && !is_blank(in[e]) && strncmp(in + e, "://", 3) != 0) {
+    while (in[e] && !is_blank(in[e]) && strncmp(in + e, "://", 3) != 0 && !(nats && in[e] == ',')) {
         if (in[e] == '@')
             at = e, has_at = true;
         e++;
@@ -105,7 +127,7 @@ static size_t redact_url(const char *in, size_t scheme, size_t i, sink_t *o)
          * userinfo ends at the last '@' before '/', '?' or '#'): so does this one, on the line,
          * so a text after such a URL may be hidden too, never the password shown */
         for (size_t f = e; in[f] && in[f] != '\n' && !strchr("/?#", in[f]) &&
-                           strncmp(in + f, "://", 3) != 0;
+                           !(nats && in[f] == ',') && strncmp(in + f, "://", 3) != 0;
              f++)
             if (in[f] == '@')
                 at = f, has_at = true;
@@ -119,7 +141,7 @@ static size_t redact_url(const char *in, size_t scheme, size_t i, sink_t *o)
             put(o, HIDDEN, 3);
             return at;
         }
-        if (token_scheme(in + scheme, i - scheme) && at > a) {
+        if (nats && at > a) {
             put(o, HIDDEN, 3); /* nats://TOKEN@host */
             return at;
         }
@@ -134,12 +156,9 @@ static size_t redact_url(const char *in, size_t scheme, size_t i, sink_t *o)
         h++;
     if (h < e && in[h] == ':') {
         size_t p = h + 1, q = p;
-        bool digits = true;
-        while (q < e && in[q] != '/' && in[q] != '?' && in[q] != '#' && in[q] != ',') {
-            digits = digits && isdigit((unsigned char)in[q]);
+        while (q < e && in[q] != '/' && in[q] != '?' && in[q] != '#' && in[q] != ',')
             q++;
-        }
-        if (q > p && !digits) {
+        if (q > p && !port_text(in, p, q)) {
             put(o, in + a, p - a);
             put(o, HIDDEN, 3);
             return q;
@@ -148,12 +167,48 @@ static size_t redact_url(const char *in, size_t scheme, size_t i, sink_t *o)
     return a;
 }
 
-/* Whether a text can hold a secret at all: a URL, or a word every secret key starts with
- * ("pass" for password, sslpassword and passwd). Most log records have neither, and are copied
- * without the scan below. */
+/* Whether a word may start at in + i: a URL without a scheme begins there. */
+static bool word_start(const char *in, size_t i)
+{
+    return i == 0 || strchr(" \t\r\n,\"'(<[=", in[i - 1]);
+}
+
+/* A URL without a scheme at in + i, which libnats reads as nats://: the password of
+ * "user:password@host" is hidden, and in a NATS server list (list) the token of "token@host".
+ * Returns where copying goes on, i when there is nothing to hide. */
+static size_t redact_schemeless(const char *in, size_t i, bool list, sink_t *o)
+{
+    size_t e = i, at = 0;
+    bool has_at = false;
+    for (; in[e] && !is_blank(in[e]) && in[e] != ','; e++) {
+        if (strncmp(in + e, "://", 3) == 0)
+            return i; /* a URL with a scheme: redact_authority's */
+        if (in[e] == '@')
+            at = e, has_at = true;
+    }
+    if (!has_at)
+        return i;
+    const char *colon = memchr(in + i, ':', at - i);
+    if (colon) {
+        put(o, in + i, (size_t)(colon - (in + i)) + 1);
+        put(o, HIDDEN, 3);
+        return at;
+    }
+    if (list && at > i) {
+        put(o, HIDDEN, 3);
+        return at;
+    }
+    return i;
+}
+
+/* Whether a text can hold a secret at all: a URL, a userinfo ('@'), or a word every secret key
+ * starts with ("pass" for password, sslpassword and passwd). Most log records have none, and
+ * are copied without the scan below. */
 static bool may_hold_secret(const char *in)
 {
     for (const char *p = in; *p; p++) {
+        if (*p == '@')
+            return true;
         switch (*p | 0x20) { /* ASCII letters to lower case; ':' stays ':' */
         case ':':
             if (p[1] == '/' && p[2] == '/')
@@ -176,36 +231,103 @@ static bool may_hold_secret(const char *in)
     return false;
 }
 
+static void scan(const char *in, sink_t *o)
+{
+    if (!may_hold_secret(in)) {
+        put(o, in, strlen(in));
+        return;
+    }
+    size_t i = 0, scheme = 0;
+    bool list = false; /* in a NATS server list: a server's userinfo without ':' is a token */
+    while (in[i] && o->len + 1 < o->cap) {
+        if (strncmp(in + i, "://", 3) == 0 && i > scheme) {
+            bool nats = nats_scheme(in + scheme, i - scheme);
+            put(o, in + i, 3);
+            i = redact_authority(in, i + 3, nats, o);
+            list = nats;
+            scheme = i;
+            continue;
+        }
+        size_t v = secret_value_at(in, i);
+        if (v) {
+            put(o, in + i, v - i);
+            put(o, HIDDEN, 3);
+            i = value_end(in, v);
+            scheme = i;
+            continue;
+        }
+        if (word_start(in, i)) {
+            size_t j = redact_schemeless(in, i, list, o);
+            if (j != i) {
+                i = scheme = j;
+                continue;
+            }
+        }
+        if (is_blank(in[i]) && !(i > 0 && in[i - 1] == ','))
+            list = false; /* "h1, h2" is still one list (libnats trims its servers) */
+        if (!scheme_char(in[i]))
+            scheme = i + 1; /* a scheme starts after anything that cannot be part of one */
+        put(o, in + i, 1);
+        i++;
+    }
+}
+
 void pb_redact_secret(const char *in, char *out, size_t outsz)
 {
     if (!outsz)
         return;
     sink_t o = {out, 0, outsz};
     out[0] = '\0';
-    if (!in)
-        return;
-    if (!may_hold_secret(in)) {
-        put(&o, in, strlen(in));
-        return;
+    if (in)
+        scan(in, &o);
+}
+
+/* One server of nats.url, in[0, n), as libnats reads it: the scheme ends at the first "://",
+ * the userinfo at the last '@' after it, the user at its first ':' (without one, a token). */
+static void redact_server(const char *in, size_t n, sink_t *o)
+{
+    while (n && isspace((unsigned char)*in)) { /* libnats trims each server */
+        put(o, in++, 1);
+        n--;
     }
-    size_t i = 0, scheme = 0;
-    while (in[i] && o.len + 1 < o.cap) {
-        if (strncmp(in + i, "://", 3) == 0 && i > scheme) {
-            i = redact_url(in, scheme, i, &o);
-            scheme = i;
-            continue;
+    size_t rest = 0;
+    for (size_t k = 0; k + 3 <= n; k++)
+        if (memcmp(in + k, "://", 3) == 0) {
+            rest = k + 3;
+            break;
         }
-        size_t v = secret_value_at(in, i);
-        if (v) {
-            put(&o, in + i, v - i);
-            put(&o, HIDDEN, 3);
-            i = value_end(in, v);
-            scheme = i;
-            continue;
-        }
-        if (!scheme_char(in[i]))
-            scheme = i + 1; /* a scheme starts after anything that cannot be part of one */
-        put(&o, in + i, 1);
-        i++;
+    size_t at = n;
+    for (size_t k = rest; k < n; k++)
+        if (in[k] == '@')
+            at = k;
+    size_t from = at < n ? at : 0;
+    char *copy = pb_malloc(n - from + 1);
+    memcpy(copy, in + from, n - from);
+    copy[n - from] = '\0';
+    if (at < n) {
+        put(o, in, rest);
+        const char *colon = memchr(in + rest, ':', at - rest);
+        if (colon)
+            put(o, in + rest, (size_t)(colon - in) + 1 - rest);
+        if (colon ? colon + 1 < in + at : at > rest)
+            put(o, HIDDEN, 3);
+    }
+    scan(copy, o); /* the rest (or, without userinfo, the whole server) as any text */
+    free(copy);
+}
+
+void pb_redact_nats_servers(const char *in, char *out, size_t outsz)
+{
+    if (!outsz)
+        return;
+    sink_t o = {out, 0, outsz};
+    out[0] = '\0';
+    for (const char *p = in; p;) {
+        size_t n = strcspn(p, ",");
+        redact_server(p, n, &o);
+        if (!p[n])
+            break;
+        put(&o, ",", 1);
+        p += n + 1;
     }
 }

@@ -765,7 +765,7 @@ pb_status_t pb_sink_nats_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* cv_wait's deadlines are pb_monotonic_ms */
     pthread_cond_init(&s->cv, &ca);
     pthread_condattr_destroy(&ca);
-    pb_redact_secret(cfg->nats_url, s->where, sizeof s->where);
+    pb_redact_nats_servers(cfg->nats_url, s->where, sizeof s->where);
     pb_nats_lib_retain();
     *out = &s->base;
     return PB_OK;

@@ -728,7 +728,7 @@ pb_status_t pb_source_nats_new(const pb_config_t *cfg, pb_source_t **out, pb_err
             if (!isalnum((unsigned char)*p) && *p != '_' && *p != '-')
                 *p = '_';
     }
-    pb_redact_secret(cfg->nats_url, s->where, sizeof s->where);
+    pb_redact_nats_servers(cfg->nats_url, s->where, sizeof s->where);
     pb_nats_lib_retain();
     *out = &s->base;
     return PB_OK;

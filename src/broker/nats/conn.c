@@ -207,7 +207,7 @@ pb_status_t pb_nats_connect(const pb_config_t *cfg, const char *fac, natsConnect
                             char *where, size_t wheresz, pb_error_t *err)
 {
     *nc = NULL;
-    pb_redact_secret(cfg->nats_url, where, wheresz);
+    pb_redact_nats_servers(cfg->nats_url, where, wheresz);
     natsOptions *o;
     pb_status_t st = build_options(cfg, fac, &o, err);
     if (st != PB_OK)
