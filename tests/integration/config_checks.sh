@@ -3,7 +3,8 @@
 # after parsing (URLs, templates, handlers, names, listen addresses, a directory as -c);
 # contradictory TLS settings are errors; TLS verification that is off, and a PostgreSQL
 # connection to another host without sslmode=verify-full, are warned about at every start;
-# a NATS server whose certificate does not verify is a fatal error, not retried forever.
+# a NATS server whose certificate does not verify is a fatal error, not retried forever, and so is
+# a server list none of whose servers' certificates verifies.
 source "$(dirname "$0")/lib.sh"
 
 for _v in $(compgen -v POSTBOX_CONSUME_ || true) $(compgen -v POSTBOX_NATS_ || true); do
@@ -34,6 +35,9 @@ expect_exit2 b4 consume 'no handler configured'
 expect_exit2 b5 consume 'nats.durable' --set consume.source=nats --set consume.handler='SELECT 1' --set nats.durable=a.b
 expect_exit2 b6 consume 'amqp.queue is empty' --set consume.handler='SELECT 1' --set amqp.queue=
 expect_exit2 b7 relay 'metrics.listen "nonsense"' --set metrics.listen=nonsense
+expect_exit2 b9 relay 'nats.url server "wss://\*\*\*@h:443": scheme "wss" is not supported' --set relay.sink=nats \
+    --set 'nats.url=nats://h:4222,wss://T0ken@h:443'
+expect_exit2 b10 relay 'nats.url: an empty server' --set relay.sink=nats --set 'nats.url=nats://h:4222,'
 expect_exit2 b8 consume 'nats.max_deliver' --set consume.source=nats --set consume.handler='SELECT 1' --set nats.max_deliver=2
 
 # (c) TLS files with a plaintext AMQP URL
@@ -95,4 +99,29 @@ psql_q "SELECT postbox.enqueue('order', 'o-1', 'order.created.v1', '{\"n\": 1}')
 relay_drain 60 --set relay.sink=nats --set "nats.url=tls://127.0.0.1:$TLS_PORT" --set "nats.tls_ca_cert=$C/ca.pem" \
     --set nats.stream=PB_CONFIG_CHECKS --set nats.subject_prefix=pb.config_checks.
 say "(e) the right CA: the relay published through TLS with verification on"
+
+# (f) a server list (libnats reports only its last server's error): a certificate that fails on
+# every server is fatal as with one server; with one server down and one failing TLS the relay
+# retries and says that TLS failed; a list with a server down and a good one publishes
+nats_list=(--set relay.sink=nats --set nats.stream=PB_CONFIG_CHECKS --set nats.subject_prefix=pb.config_checks.)
+: >"$PB_RELAY_LOG"
+start_relay "${nats_list[@]}" --set "nats.url=tls://127.0.0.1:$TLS_PORT, tls://localhost:$TLS_PORT" \
+    --set "nats.tls_ca_cert=$C/other.pem"
+wait_relay 30
+say "(f1) another CA on every server: exit $RELAY_RC: $(grep -m1 error "$PB_RELAY_LOG" | cut -c1-300)"
+((RELAY_RC == 1)) || fail "(f1) the relay exited $RELAY_RC with an untrusted certificate on every server, expected 1"
+grep -q 'error relay: tls failed with every nats server of tls://127.0.0.1:[0-9]*, tls://localhost:[0-9]*' "$PB_RELAY_LOG" ||
+    fail "(f1) the error does not say that TLS failed with every server"
+: >"$PB_RELAY_LOG"
+start_relay "${nats_list[@]}" --set "nats.url=tls://127.0.0.1:1,tls://127.0.0.1:$TLS_PORT" \
+    --set "nats.tls_ca_cert=$C/other.pem"
+wait_until 'grep -q "tls failed with 1 of its 2 servers" "$PB_RELAY_LOG"' 30 ||
+    { kill_relay; fail "(f2) a list with a server down and one failing TLS: no word about TLS: $(grep -m2 'warn\|error' "$PB_RELAY_LOG")"; }
+pid_alive "$RELAY_PID" || fail "(f2) the relay gave up although a server of the list was only down"
+kill_relay
+say "(f2) one server down, one failing TLS: retried, $(grep -m1 -o 'tls failed with 1 of.*' "$PB_RELAY_LOG" | cut -c1-200)"
+psql_q "SELECT postbox.enqueue('order', 'o-2', 'order.created.v1', '{\"n\": 2}')" >/dev/null
+relay_drain 60 "${nats_list[@]}" --set "nats.url=tls://127.0.0.1:1,tls://127.0.0.1:$TLS_PORT" \
+    --set "nats.tls_ca_cert=$C/ca.pem"
+say "(f3) a list with a server down: published through the other"
 say "ok"
