@@ -28,6 +28,31 @@ static pb_status_t check_amqp_tls(const pb_config_t *cfg, pb_error_t *err)
     return PB_OK;
 }
 
+/* Files whose content is a secret, checked before anything uses them: tokens and passwords
+ * (read by postbox or the broker library) and TLS private keys, which are as secret as a
+ * password (anyone who reads one can pose as postbox). */
+static pb_status_t check_secret_files(const pb_config_t *cfg, pb_error_t *err)
+{
+    const struct {
+        const char *option, *path;
+    } files[] = {
+        {"nats.token_file", cfg->nats_token_file},
+        {"nats.credentials", cfg->nats_credentials},
+        {"redis.password_file", cfg->redis_password_file},
+        {"metrics.token_file", cfg->metrics_token_file},
+        {"amqp.tls_key", cfg->amqp_tls_key},
+        {"nats.tls_key", cfg->nats_tls_key},
+    };
+    pb_status_t st = PB_OK;
+    for (size_t i = 0; st == PB_OK && i < sizeof files / sizeof files[0]; i++)
+        if (*files[i].path)
+            st = pb_check_secret_file(files[i].option, files[i].path, err);
+    for (size_t i = 0; st == PB_OK && i < cfg->n_kafka_props; i++)
+        if (strcmp(cfg->kafka_prop_keys[i], "ssl.key.location") == 0)
+            st = pb_check_secret_file("kafka.ssl.key.location", cfg->kafka_prop_values[i], err);
+    return st;
+}
+
 static const char *conninfo_value(const PQconninfoOption *opts, const char *key)
 {
     for (const PQconninfoOption *o = opts; o && o->keyword; o++)
@@ -204,17 +229,7 @@ pb_status_t pb_preflight(pb_config_t *cfg, const char *command, pb_error_t *err)
     pb_status_t st = check_amqp_tls(cfg, err);
     if (st != PB_OK || strcmp(command, "config") == 0)
         return st;
-    if (*cfg->nats_token_file &&
-        (st = pb_check_secret_file("nats.token_file", cfg->nats_token_file, err)) != PB_OK)
-        return st;
-    if (*cfg->nats_credentials &&
-        (st = pb_check_secret_file("nats.credentials", cfg->nats_credentials, err)) != PB_OK)
-        return st;
-    if (*cfg->redis_password_file &&
-        (st = pb_check_secret_file("redis.password_file", cfg->redis_password_file, err)) != PB_OK)
-        return st;
-    if (*cfg->metrics_token_file &&
-        (st = pb_check_secret_file("metrics.token_file", cfg->metrics_token_file, err)) != PB_OK)
+    if ((st = check_secret_files(cfg, err)) != PB_OK)
         return st;
     if ((st = load_pg_password(cfg, err)) != PB_OK || (st = load_amqp_password(cfg, err)) != PB_OK)
         return st;
