@@ -11,6 +11,7 @@
 #include "common/str.h"
 #include "metrics/http.h"
 #include "store/pg.h"
+#include "store/pg_target.h"
 
 #define FAC "config"
 #define SECRET_MAX 1024
@@ -156,60 +157,40 @@ static pb_status_t load_amqp_password(pb_config_t *cfg, pb_error_t *err)
     return PB_OK;
 }
 
-static bool loopback_host(const char *h, size_t n)
-{
-    if (n == 0 || h[0] == '/' || h[0] == '@') /* a Unix socket directory or abstract socket */
-        return true;
-    return (n == 9 && strncasecmp(h, "localhost", 9) == 0) || (n >= 4 && strncmp(h, "127.", 4) == 0) ||
-           (n == 3 && strncmp(h, "::1", 3) == 0);
-}
-
-/* The first host of a comma-separated libpq host list that is not on this machine, or NULL. */
-static const char *remote_host(const char *list, char *out, size_t outsz)
-{
-    for (const char *p = list; p && *p;) {
-        size_t n = strcspn(p, ",");
-        if (!loopback_host(p, n)) {
-            snprintf(out, outsz, "%.*s", (int)n, p);
-            return out;
-        }
-        p += n + (p[n] == ',');
-    }
-    return NULL;
-}
-
 /* libpq's default, sslmode=prefer, checks no certificate and falls back to plaintext: a
- * connection to another machine without sslmode=verify-full is warned about at every start. */
+ * connection to another machine without sslmode=verify-full is warned about at every start.
+ * The host is judged as libpq will see it, a named service and the environment applied. */
 static void warn_pg_tls(const pb_config_t *cfg)
 {
-    PQconninfoOption *opts = PQconninfoParse(cfg->postgres_dsn, NULL);
-    if (!opts)
-        return;
-    const char *host = conninfo_value(opts, "host");
-    const char *addr = conninfo_value(opts, "hostaddr");
-    const char *mode = conninfo_value(opts, "sslmode");
-    if (!host)
-        host = getenv("PGHOST");
-    if (!addr)
-        addr = getenv("PGHOSTADDR");
-    if (!mode)
-        mode = getenv("PGSSLMODE");
+    pb_pg_target_t t;
+    pb_error_t err;
+    if (pb_pg_target_resolve(cfg->postgres_dsn, &t, &err) != PB_OK) {
+        pb_pg_target_free(&t);
+        return; /* pb_pg_dsn_check has said what is wrong */
+    }
+    const char *mode = t.sslmode;
     char where[256];
-    const char *remote = remote_host(addr, where, sizeof where);
-    if (!remote)
-        remote = remote_host(host, where, sizeof where);
-    if (remote && (!mode || strcmp(mode, "verify-full") != 0)) {
+    const char *remote = pb_pg_target_remote(&t, where, sizeof where);
+    if (t.service_unknown && (!mode || strcmp(mode, "verify-full") != 0))
+        log_warn(FAC, "postgres.dsn: service \"%s\" is not defined in libpq's service files "
+                      "(PGSERVICEFILE, ~/.pg_service.conf, PGSYSCONFDIR/pg_service.conf): cannot "
+                      "tell which host it connects to, nor whether its certificate is checked",
+                 t.service);
+    else if (remote && (!mode || strcmp(mode, "verify-full") != 0)) {
         const char *why = !mode || strcmp(mode, "prefer") == 0 || strcmp(mode, "allow") == 0 ||
                                   strcmp(mode, "disable") == 0
                               ? "the connection may be plaintext and no certificate is checked"
                           : strcmp(mode, "verify-ca") == 0
                               ? "the server's certificate is checked, its host name is not"
                               : "encrypted, but the server's certificate is not checked";
-        log_warn(FAC, "postgres.dsn: host \"%s\" with sslmode=%s: %s; use sslmode=verify-full "
+        char via[300] = "";
+        if (t.service)
+            snprintf(via, sizeof via, " (from service \"%s\")", t.service);
+        log_warn(FAC, "postgres.dsn: host \"%s\"%s with sslmode=%s: %s; use sslmode=verify-full "
                       "with sslrootcert (see the README, PostgreSQL over TLS)",
-                 remote, mode ? mode : "prefer (libpq's default)", why);
+                 remote, via, mode ? mode : "prefer (libpq's default)", why);
     }
-    PQconninfoFree(opts);
+    pb_pg_target_free(&t);
 }
 
 /* Disabled certificate checks are said at every start of a command that uses the broker. */

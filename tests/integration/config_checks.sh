@@ -2,7 +2,8 @@
 # Configuration mistakes are errors with exit status 2, as --help promises, also those found
 # after parsing (URLs, templates, handlers, names, listen addresses, a directory as -c);
 # contradictory TLS settings are errors; TLS verification that is off, and a PostgreSQL
-# connection to another host without sslmode=verify-full, are warned about at every start;
+# connection to another host without sslmode=verify-full (loopback judged by address, a
+# service looked up as libpq does), are warned about at every start;
 # a NATS server whose certificate does not verify is a fatal error, not retried forever, and so is
 # a server list none of whose servers' certificates verifies.
 source "$(dirname "$0")/lib.sh"
@@ -71,6 +72,22 @@ grep -q 'with sslmode=require: encrypted, but the server.s certificate is not ch
 pg_warning d5 "host=192.0.2.1 sslmode=verify-full sslrootcert=/nonexistent connect_timeout=1 dbname=x"
 pg_warning d6 "$POSTBOX_PG_DSN"
 ! grep -q sslmode "$PB_TMP/d5.out" "$PB_TMP/d6.out" || fail "(d5/d6) a warning for verify-full or for the loopback host"
+# loopback is judged by address: a name that begins with "127." is another machine
+pg_warning d7 "host=127.pb-test.invalid connect_timeout=1 dbname=x"
+grep -q 'postgres.dsn: host "127.pb-test.invalid" with sslmode=prefer' "$PB_TMP/d7.out" ||
+    fail "(d7) no sslmode warning for a host name beginning with 127.: $(head -3 "$PB_TMP/d7.out")"
+# a service (pg_service.conf) is looked up as libpq does; one that is not defined is said
+printf '[pbremote]\nhost=192.0.2.1\nconnect_timeout=1\ndbname=x\n\n[pblocal]\nhost=127.0.0.1\nsslmode=disable\n' \
+    >"$PB_TMP/pg_service.conf"
+PGSERVICEFILE=$PB_TMP/pg_service.conf pg_warning d8 "service=pbremote"
+grep -q 'postgres.dsn: host "192.0.2.1" (from service "pbremote") with sslmode=prefer' "$PB_TMP/d8.out" ||
+    fail "(d8) no sslmode warning for a service naming a remote host: $(head -3 "$PB_TMP/d8.out")"
+PGSERVICEFILE=$PB_TMP/pg_service.conf pg_warning d9 "service=pbnosuch connect_timeout=1"
+grep -q 'postgres.dsn: service "pbnosuch" is not defined .*cannot tell which host' "$PB_TMP/d9.out" ||
+    fail "(d9) no warning for a service libpq does not know: $(head -3 "$PB_TMP/d9.out")"
+PGSERVICEFILE=$PB_TMP/pg_service.conf pg_warning d10 "service=pblocal port=1 connect_timeout=1"
+! grep -q 'sslmode\|service' "$PB_TMP/d10.out" || fail "(d10) a warning for a service on the loopback host: $(head -3 "$PB_TMP/d10.out")"
+say "(d7-d9) $(head -1 "$PB_TMP/d8.out" | cut -c1-200); $(head -1 "$PB_TMP/d9.out" | cut -c1-200)"
 
 # (e) a NATS server with TLS whose certificate another CA signed: fatal at once
 C=$PB_TMP/certs
