@@ -38,9 +38,10 @@ static bool key_char(char c)
     return isalnum((unsigned char)c) || c == '_' || c == '-';
 }
 
+/* White space as libpq's parser (isspace) and libnats's trimming see it. */
 static bool is_blank(char c)
 {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+    return c == ' ' || (c >= '\t' && c <= '\r');
 }
 
 /* At in + i a secret key starts (not inside a longer word) and '=' follows it, blanks allowed
@@ -54,12 +55,12 @@ static size_t secret_value_at(const char *in, size_t i)
         if (strncasecmp(in + i, secret_keys[k], len) != 0 || key_char(in[i + len]))
             continue;
         size_t j = i + len;
-        while (in[j] == ' ' || in[j] == '\t')
+        while (is_blank(in[j]))
             j++;
         if (in[j] != '=')
             return 0;
         j++;
-        while (in[j] == ' ' || in[j] == '\t')
+        while (is_blank(in[j]))
             j++;
         return j;
     }
@@ -67,8 +68,9 @@ static size_t secret_value_at(const char *in, size_t i)
 }
 
 /* End of a value at in + j: a quoted one (single quotes in libpq strings, double quotes in JAAS
- * lines; backslash escapes), or a bare one up to a blank or the next URL query parameter. */
-static size_t value_end(const char *in, size_t j)
+ * lines; backslash escapes), or a bare one up to a blank or, for a URL query parameter (query),
+ * the next parameter ('&'). */
+static size_t value_end(const char *in, size_t j, bool query)
 {
     if (in[j] == '\'' || in[j] == '"') {
         char quote = in[j];
@@ -77,7 +79,7 @@ static size_t value_end(const char *in, size_t j)
                 j++;
         return in[j] ? j + 1 : j;
     }
-    for (; in[j] && !is_blank(in[j]) && in[j] != '&'; j++)
+    for (; in[j] && !is_blank(in[j]) && !(query && in[j] == '&'); j++) /* libpq: no '#' fragments */
         if (in[j] == '\\' && in[j + 1])
             j++;
     return j;
@@ -109,6 +111,31 @@ static bool port_text(const char *in, size_t p, size_t q)
     return true;
 }
 
+/* Where copying goes on after in[from, to) is hidden: at to, or past the end of a key = value
+ * secret that starts inside the hidden text and goes on after it. */
+static size_t hidden_end(const char *in, size_t from, size_t to)
+{
+    /* every key in the range counts, also one inside another's value (readers differ on where
+     * a value ends: libpq skips blanks after '=', a JAAS reader does not; quotes pair up
+     * differently), and so does every key in what that hides in turn */
+    size_t resume = to;
+    for (size_t k = from; k < resume; k++) {
+        size_t v = secret_value_at(in, k);
+        size_t end = v ? value_end(in, v, false) : 0;
+        resume = end > resume ? end : resume;
+    }
+    return resume;
+}
+
+/* Whether a key = value secret starts in in[from, to) (a user name shown must hold none). */
+static bool has_secret_key(const char *in, size_t from, size_t to)
+{
+    for (size_t k = from; k < to; k++)
+        if (secret_value_at(in, k))
+            return true;
+    return false;
+}
+
 /* The authority of a URL, from in + a (after "://"), with its secret hidden; returns the offset
  * where copying goes on. In a NATS list (nats) a comma ends it. */
 static size_t redact_authority(const char *in, size_t a, bool nats, sink_t *o)
@@ -122,11 +149,11 @@ static size_t redact_authority(const char *in, size_t a, bool nats, sink_t *o)
             at = e, has_at = true;
         e++;
     }
-    if (is_blank(in[e]) && strcspn(in + a, "/?#") >= e - a) {
+    if (is_blank(in[e]) && strcspn(in + a, "/") >= e - a) {
         /* a blank in the authority (a password left unencoded, which the URL parsers take: their
-         * userinfo ends at the last '@' before '/', '?' or '#'): so does this one, on the line,
+         * userinfo ends at an '@' before the next '/', '?' and '#' included): so does this one,
          * so a text after such a URL may be hidden too, never the password shown */
-        for (size_t f = e; in[f] && in[f] != '\n' && !strchr("/?#", in[f]) &&
+        for (size_t f = e; in[f] && in[f] != '/' &&
                            !(nats && in[f] == ',') && strncmp(in + f, "://", 3) != 0;
              f++)
             if (in[f] == '@')
@@ -134,16 +161,22 @@ static size_t redact_authority(const char *in, size_t a, bool nats, sink_t *o)
     }
     if (has_at) {
         /* every password is hidden, "password" too: it may be the real one (usage texts read
-         * "user:***@host" then) */
+         * "user:***@host" then); a key = value secret that starts in the hidden part is hidden
+         * to its end, past the '@' if it goes on there */
+        size_t resume = hidden_end(in, a, at);
         const char *colon = memchr(in + a, ':', at - a);
-        if (colon) {
+        if (colon && colon < in + e && !has_secret_key(in, a, (size_t)(colon - in))) {
             put(o, in + a, (size_t)(colon - (in + a)) + 1);
             put(o, HIDDEN, 3);
-            return at;
+            return resume;
+        }
+        if (colon) {
+            put(o, HIDDEN, 3); /* the user is not told from text after a blank: all hidden */
+            return resume;
         }
         if (nats && at > a) {
             put(o, HIDDEN, 3); /* nats://TOKEN@host */
-            return at;
+            return resume;
         }
         return a; /* a user name alone: scanned on like free text */
     }
@@ -161,7 +194,7 @@ static size_t redact_authority(const char *in, size_t a, bool nats, sink_t *o)
         if (q > p && !port_text(in, p, q)) {
             put(o, in + a, p - a);
             put(o, HIDDEN, 3);
-            return q;
+            return hidden_end(in, p, q);
         }
     }
     return a;
@@ -170,7 +203,7 @@ static size_t redact_authority(const char *in, size_t a, bool nats, sink_t *o)
 /* Whether a word may start at in + i: a URL without a scheme begins there. */
 static bool word_start(const char *in, size_t i)
 {
-    return i == 0 || strchr(" \t\r\n,\"'(<[=", in[i - 1]);
+    return i == 0 || is_blank(in[i - 1]) || strchr(",\"'(<[=", in[i - 1]);
 }
 
 /* A URL without a scheme at in + i, which libnats reads as nats://: the password of
@@ -189,14 +222,14 @@ static size_t redact_schemeless(const char *in, size_t i, bool list, sink_t *o)
     if (!has_at)
         return i;
     const char *colon = memchr(in + i, ':', at - i);
-    if (colon) {
+    if (colon && !has_secret_key(in, i, (size_t)(colon - in))) {
         put(o, in + i, (size_t)(colon - (in + i)) + 1);
         put(o, HIDDEN, 3);
-        return at;
+        return hidden_end(in, (size_t)(colon - in), at);
     }
-    if (list && at > i) {
-        put(o, HIDDEN, 3);
-        return at;
+    if (colon || (list && at > i)) {
+        put(o, HIDDEN, 3); /* a token, or a "user" that holds a key = value secret */
+        return hidden_end(in, i, at);
     }
     return i;
 }
@@ -231,6 +264,18 @@ static bool may_hold_secret(const char *in)
     return false;
 }
 
+/* Whether the key at in + i is a parameter of a URL's query: after '?' or '&', in a word that
+ * holds "://" (elsewhere '&' is part of a value, as in libpq's key=value strings). */
+static bool in_url_query(const char *in, size_t i)
+{
+    if (i == 0 || (in[i - 1] != '?' && in[i - 1] != '&'))
+        return false;
+    for (size_t k = i; k >= 3 && !is_blank(in[k - 1]); k--)
+        if (strncmp(in + k - 3, "://", 3) == 0)
+            return true;
+    return false;
+}
+
 static void scan(const char *in, sink_t *o)
 {
     if (!may_hold_secret(in)) {
@@ -240,7 +285,7 @@ static void scan(const char *in, sink_t *o)
     size_t i = 0, scheme = 0;
     bool list = false; /* in a NATS server list: a server's userinfo without ':' is a token */
     while (in[i] && o->len + 1 < o->cap) {
-        if (strncmp(in + i, "://", 3) == 0 && i > scheme) {
+        if (strncmp(in + i, "://", 3) == 0) { /* an empty scheme too: hiding more is safe */
             bool nats = nats_scheme(in + scheme, i - scheme);
             put(o, in + i, 3);
             i = redact_authority(in, i + 3, nats, o);
@@ -252,7 +297,9 @@ static void scan(const char *in, sink_t *o)
         if (v) {
             put(o, in + i, v - i);
             put(o, HIDDEN, 3);
-            i = value_end(in, v);
+            /* libpq takes '&' into a key=value password: only a query parameter ends there;
+             * "password= password=x" is libpq's "password=x" and a JAAS reader's "x": both go */
+            i = hidden_end(in, v, value_end(in, v, in_url_query(in, i)));
             scheme = i;
             continue;
         }

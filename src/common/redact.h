@@ -11,7 +11,9 @@
  *   - URLs without a scheme, which libnats takes (user:***@host:port);
  *   - URL query parameters and libpq key=value pairs of the secret keys (password, sslpassword,
  *     passwd, token, secret), with or without blanks around '=', quoted (single quotes as in
- *     libpq, double quotes as in JAAS lines) or not, every occurrence.
+ *     libpq, double quotes as in JAAS lines) or not, every occurrence; a bare value ends at a
+ *     blank (in a URL's query also at '&'), and a key that starts inside hidden text
+ *     hides its value to its end too (readers disagree on where values end).
  * Free text around them is copied unchanged, so the scanner also runs over whole messages. */
 #ifndef PB_COMMON_REDACT_H
 #define PB_COMMON_REDACT_H
