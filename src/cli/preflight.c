@@ -11,6 +11,7 @@
 #include "common/str.h"
 #include "metrics/http.h"
 #include "store/pg.h"
+#include "store/pg_target.h"
 
 #define FAC "config"
 #define SECRET_MAX 1024
@@ -26,6 +27,31 @@ static pb_status_t check_amqp_tls(const pb_config_t *cfg, pb_error_t *err)
                        "amqps://: the connection would be plaintext and the files ignored (use "
                        "amqps://, or clear amqp.tls_*)");
     return PB_OK;
+}
+
+/* Files whose content is a secret, checked before anything uses them: tokens and passwords
+ * (read by postbox or the broker library) and TLS private keys, which are as secret as a
+ * password (anyone who reads one can pose as postbox). */
+static pb_status_t check_secret_files(const pb_config_t *cfg, pb_error_t *err)
+{
+    const struct {
+        const char *option, *path;
+    } files[] = {
+        {"nats.token_file", cfg->nats_token_file},
+        {"nats.credentials", cfg->nats_credentials},
+        {"redis.password_file", cfg->redis_password_file},
+        {"metrics.token_file", cfg->metrics_token_file},
+        {"amqp.tls_key", cfg->amqp_tls_key},
+        {"nats.tls_key", cfg->nats_tls_key},
+    };
+    pb_status_t st = PB_OK;
+    for (size_t i = 0; st == PB_OK && i < sizeof files / sizeof files[0]; i++)
+        if (*files[i].path)
+            st = pb_check_secret_file(files[i].option, files[i].path, err);
+    for (size_t i = 0; st == PB_OK && i < cfg->n_kafka_props; i++)
+        if (strcmp(cfg->kafka_prop_keys[i], "ssl.key.location") == 0)
+            st = pb_check_secret_file("kafka.ssl.key.location", cfg->kafka_prop_values[i], err);
+    return st;
 }
 
 static const char *conninfo_value(const PQconninfoOption *opts, const char *key)
@@ -131,60 +157,40 @@ static pb_status_t load_amqp_password(pb_config_t *cfg, pb_error_t *err)
     return PB_OK;
 }
 
-static bool loopback_host(const char *h, size_t n)
-{
-    if (n == 0 || h[0] == '/' || h[0] == '@') /* a Unix socket directory or abstract socket */
-        return true;
-    return (n == 9 && strncasecmp(h, "localhost", 9) == 0) || (n >= 4 && strncmp(h, "127.", 4) == 0) ||
-           (n == 3 && strncmp(h, "::1", 3) == 0);
-}
-
-/* The first host of a comma-separated libpq host list that is not on this machine, or NULL. */
-static const char *remote_host(const char *list, char *out, size_t outsz)
-{
-    for (const char *p = list; p && *p;) {
-        size_t n = strcspn(p, ",");
-        if (!loopback_host(p, n)) {
-            snprintf(out, outsz, "%.*s", (int)n, p);
-            return out;
-        }
-        p += n + (p[n] == ',');
-    }
-    return NULL;
-}
-
 /* libpq's default, sslmode=prefer, checks no certificate and falls back to plaintext: a
- * connection to another machine without sslmode=verify-full is warned about at every start. */
+ * connection to another machine without sslmode=verify-full is warned about at every start.
+ * The host is judged as libpq will see it, a named service and the environment applied. */
 static void warn_pg_tls(const pb_config_t *cfg)
 {
-    PQconninfoOption *opts = PQconninfoParse(cfg->postgres_dsn, NULL);
-    if (!opts)
-        return;
-    const char *host = conninfo_value(opts, "host");
-    const char *addr = conninfo_value(opts, "hostaddr");
-    const char *mode = conninfo_value(opts, "sslmode");
-    if (!host)
-        host = getenv("PGHOST");
-    if (!addr)
-        addr = getenv("PGHOSTADDR");
-    if (!mode)
-        mode = getenv("PGSSLMODE");
+    pb_pg_target_t t;
+    pb_error_t err;
+    if (pb_pg_target_resolve(cfg->postgres_dsn, &t, &err) != PB_OK) {
+        pb_pg_target_free(&t);
+        return; /* pb_pg_dsn_check has said what is wrong */
+    }
+    const char *mode = t.sslmode;
     char where[256];
-    const char *remote = remote_host(addr, where, sizeof where);
-    if (!remote)
-        remote = remote_host(host, where, sizeof where);
-    if (remote && (!mode || strcmp(mode, "verify-full") != 0)) {
+    const char *remote = pb_pg_target_remote(&t, where, sizeof where);
+    if (t.service_unknown && (!mode || strcmp(mode, "verify-full") != 0))
+        log_warn(FAC, "postgres.dsn: service \"%s\" is not defined in libpq's service files "
+                      "(PGSERVICEFILE, ~/.pg_service.conf, PGSYSCONFDIR/pg_service.conf): cannot "
+                      "tell which host it connects to, nor whether its certificate is checked",
+                 t.service);
+    else if (remote && (!mode || strcmp(mode, "verify-full") != 0)) {
         const char *why = !mode || strcmp(mode, "prefer") == 0 || strcmp(mode, "allow") == 0 ||
                                   strcmp(mode, "disable") == 0
                               ? "the connection may be plaintext and no certificate is checked"
                           : strcmp(mode, "verify-ca") == 0
                               ? "the server's certificate is checked, its host name is not"
                               : "encrypted, but the server's certificate is not checked";
-        log_warn(FAC, "postgres.dsn: host \"%s\" with sslmode=%s: %s; use sslmode=verify-full "
+        char via[300] = "";
+        if (t.service)
+            snprintf(via, sizeof via, " (from service \"%s\")", t.service);
+        log_warn(FAC, "postgres.dsn: host \"%s\"%s with sslmode=%s: %s; use sslmode=verify-full "
                       "with sslrootcert (see the README, PostgreSQL over TLS)",
-                 remote, mode ? mode : "prefer (libpq's default)", why);
+                 remote, via, mode ? mode : "prefer (libpq's default)", why);
     }
-    PQconninfoFree(opts);
+    pb_pg_target_free(&t);
 }
 
 /* Disabled certificate checks are said at every start of a command that uses the broker. */
@@ -204,17 +210,7 @@ pb_status_t pb_preflight(pb_config_t *cfg, const char *command, pb_error_t *err)
     pb_status_t st = check_amqp_tls(cfg, err);
     if (st != PB_OK || strcmp(command, "config") == 0)
         return st;
-    if (*cfg->nats_token_file &&
-        (st = pb_check_secret_file("nats.token_file", cfg->nats_token_file, err)) != PB_OK)
-        return st;
-    if (*cfg->nats_credentials &&
-        (st = pb_check_secret_file("nats.credentials", cfg->nats_credentials, err)) != PB_OK)
-        return st;
-    if (*cfg->redis_password_file &&
-        (st = pb_check_secret_file("redis.password_file", cfg->redis_password_file, err)) != PB_OK)
-        return st;
-    if (*cfg->metrics_token_file &&
-        (st = pb_check_secret_file("metrics.token_file", cfg->metrics_token_file, err)) != PB_OK)
+    if ((st = check_secret_files(cfg, err)) != PB_OK)
         return st;
     if ((st = load_pg_password(cfg, err)) != PB_OK || (st = load_amqp_password(cfg, err)) != PB_OK)
         return st;

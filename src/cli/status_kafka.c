@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "broker/kafka/group.h"
+#include "common/redact.h"
 
 bool pb_status_kafka_wanted(const pb_config_t *cfg)
 {
@@ -13,7 +14,9 @@ bool pb_status_kafka_wanted(const pb_config_t *cfg)
 json_t *pb_status_kafka(const pb_config_t *cfg)
 {
     json_t *o = json_object();
-    json_object_set_new(o, "brokers", json_string(cfg->kafka_brokers));
+    char brokers[1024];
+    pb_redact_secret(cfg->kafka_brokers, brokers, sizeof brokers); /* a mistyped URL with a password */
+    json_object_set_new(o, "brokers", json_string(brokers));
     pb_kafka_group_lag_t g;
     pb_error_t err;
     if (pb_kafka_group_lag(cfg, &g, &err) != PB_OK) {

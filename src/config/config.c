@@ -454,7 +454,11 @@ static void write_value(const pb_config_t *cfg, const option_t *o, FILE *out)
     case OPT_ENUM: {
         /* every value, not only URLs and DSNs: a secret may sit in any text option */
         char red[4096];
-        pb_redact_secret(*(char *const *)(const void *)field, red, sizeof red);
+        const char *value = *(char *const *)(const void *)field;
+        if (o->offset == offsetof(pb_config_t, nats_url))
+            pb_redact_nats_servers(value, red, sizeof red); /* libnats's reading of the list */
+        else
+            pb_redact_secret(value, red, sizeof red);
         fputs(red, out);
         break;
     }
@@ -470,13 +474,35 @@ static void write_value(const pb_config_t *cfg, const option_t *o, FILE *out)
     }
 }
 
+void pb_config_redact_property(const char *name, const char *value, char *out, size_t outsz)
+{
+    if (pb_config_secret_property(name))
+        snprintf(out, outsz, "***");
+    else
+        pb_redact_secret(value, out, outsz); /* a JAAS line, password=..., a URL with one */
+}
+
 /* The librdkafka properties, secrets redacted, after the last declared kafka option. */
 static void write_kafka_properties(const pb_config_t *cfg, FILE *out)
 {
-    for (size_t i = 0; i < cfg->n_kafka_props; i++)
-        fprintf(out, "%s = %s\n", cfg->kafka_prop_keys[i],
-                pb_config_secret_property(cfg->kafka_prop_keys[i]) ? "***"
-                                                                  : cfg->kafka_prop_values[i]);
+    for (size_t i = 0; i < cfg->n_kafka_props; i++) {
+        char red[4096];
+        pb_config_redact_property(cfg->kafka_prop_keys[i], cfg->kafka_prop_values[i], red,
+                                  sizeof red);
+        fprintf(out, "%s = %s\n", cfg->kafka_prop_keys[i], red);
+    }
+}
+
+/* A section of free keys: the values redacted like every other (SQL may quote a DSN). */
+static void write_free_keys(const char *section, size_t n, char **keys, char **values, FILE *out)
+{
+    if (n)
+        fprintf(out, "\n[%s]\n", section);
+    for (size_t i = 0; i < n; i++) {
+        char red[4096];
+        pb_redact_secret(values[i], red, sizeof red);
+        fprintf(out, "%s = %s\n", keys[i], red);
+    }
 }
 
 void pb_config_write(const pb_config_t *cfg, FILE *out)
@@ -494,14 +520,9 @@ void pb_config_write(const pb_config_t *cfg, FILE *out)
         if (last_of_section && strcmp(section, PB_CONFIG_KAFKA_SECTION) == 0)
             write_kafka_properties(cfg, out);
     }
-    if (cfg->n_handlers)
-        fprintf(out, "\n[%s]\n", PB_CONFIG_HANDLERS_SECTION);
-    for (size_t i = 0; i < cfg->n_handlers; i++)
-        fprintf(out, "%s = %s\n", cfg->handler_types[i], cfg->handler_sql[i]);
-    if (cfg->n_masks)
-        fprintf(out, "\n[%s]\n", PB_CONFIG_MASK_SECTION);
-    for (size_t i = 0; i < cfg->n_masks; i++)
-        fprintf(out, "%s = %s\n", cfg->mask_types[i], cfg->mask_rules[i]);
+    write_free_keys(PB_CONFIG_HANDLERS_SECTION, cfg->n_handlers, cfg->handler_types,
+                    cfg->handler_sql, out);
+    write_free_keys(PB_CONFIG_MASK_SECTION, cfg->n_masks, cfg->mask_types, cfg->mask_rules, out);
 }
 
 void pb_config_write_reference(FILE *out)

@@ -64,6 +64,10 @@ void pb_config_free(pb_config_t *cfg);
  * *secret*, private key material, SASL/OAuth configuration. Its value is never printed. */
 bool pb_config_secret_property(const char *name);
 
+/* A librdkafka property's value as it may be shown, into out of outsz bytes: "***" for a secret
+ * by name, else the value with any secret in it (password=..., a JAAS line, a URL) hidden. */
+void pb_config_redact_property(const char *name, const char *value, char *out, size_t outsz);
+
 /* SQL handler for a message type: the [handlers] entry for it, else consume.handler, else NULL. */
 const char *pb_config_handler_for(const pb_config_t *cfg, const char *type);
 

@@ -754,6 +754,12 @@ pb_status_t pb_sink_nats_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t
         return pb_fail(err, PB_FATAL, "nats.subject: %s", why.msg);
     if (!*cfg->nats_url)
         return pb_fail(err, PB_FATAL, "nats.url is empty");
+    char **servers;
+    size_t nservers;
+    bool tls;
+    if (pb_nats_servers(cfg->nats_url, &servers, &nservers, &tls, err) != PB_OK)
+        return PB_FATAL; /* a configuration error, found before connecting */
+    pb_nats_servers_free(servers, nservers);
     if (cfg->nats_max_pending < cfg->relay_batch_size)
         log_info(FAC, "nats.max_pending %lld is below relay.batch_size %lld: publishing stalls "
                       "until acknowledgements come back", (long long)cfg->nats_max_pending,
@@ -769,7 +775,7 @@ pb_status_t pb_sink_nats_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* cv_wait's deadlines are pb_monotonic_ms */
     pthread_cond_init(&s->cv, &ca);
     pthread_condattr_destroy(&ca);
-    pb_redact_secret(cfg->nats_url, s->where, sizeof s->where);
+    pb_redact_nats_servers(cfg->nats_url, s->where, sizeof s->where);
     pb_nats_lib_retain();
     *out = &s->base;
     return PB_OK;

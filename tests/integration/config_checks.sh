@@ -2,8 +2,10 @@
 # Configuration mistakes are errors with exit status 2, as --help promises, also those found
 # after parsing (URLs, templates, handlers, names, listen addresses, a directory as -c);
 # contradictory TLS settings are errors; TLS verification that is off, and a PostgreSQL
-# connection to another host without sslmode=verify-full, are warned about at every start;
-# a NATS server whose certificate does not verify is a fatal error, not retried forever.
+# connection to another host without sslmode=verify-full (loopback judged by address, a
+# service looked up as libpq does), are warned about at every start;
+# a NATS server whose certificate does not verify is a fatal error, not retried forever, and so is
+# a server list none of whose servers' certificates verifies.
 source "$(dirname "$0")/lib.sh"
 
 for _v in $(compgen -v POSTBOX_CONSUME_ || true) $(compgen -v POSTBOX_NATS_ || true); do
@@ -34,6 +36,9 @@ expect_exit2 b4 consume 'no handler configured'
 expect_exit2 b5 consume 'nats.durable' --set consume.source=nats --set consume.handler='SELECT 1' --set nats.durable=a.b
 expect_exit2 b6 consume 'amqp.queue is empty' --set consume.handler='SELECT 1' --set amqp.queue=
 expect_exit2 b7 relay 'metrics.listen "nonsense"' --set metrics.listen=nonsense
+expect_exit2 b9 relay 'nats.url server "wss://\*\*\*@h:443": scheme "wss" is not supported' --set relay.sink=nats \
+    --set 'nats.url=nats://h:4222,wss://T0ken@h:443'
+expect_exit2 b10 relay 'nats.url: an empty server' --set relay.sink=nats --set 'nats.url=nats://h:4222,'
 expect_exit2 b8 consume 'nats.max_deliver' --set consume.source=nats --set consume.handler='SELECT 1' --set nats.max_deliver=2
 
 # (c) TLS files with a plaintext AMQP URL
@@ -67,6 +72,22 @@ grep -q 'with sslmode=require: encrypted, but the server.s certificate is not ch
 pg_warning d5 "host=192.0.2.1 sslmode=verify-full sslrootcert=/nonexistent connect_timeout=1 dbname=x"
 pg_warning d6 "$POSTBOX_PG_DSN"
 ! grep -q sslmode "$PB_TMP/d5.out" "$PB_TMP/d6.out" || fail "(d5/d6) a warning for verify-full or for the loopback host"
+# loopback is judged by address: a name that begins with "127." is another machine
+pg_warning d7 "host=127.pb-test.invalid connect_timeout=1 dbname=x"
+grep -q 'postgres.dsn: host "127.pb-test.invalid" with sslmode=prefer' "$PB_TMP/d7.out" ||
+    fail "(d7) no sslmode warning for a host name beginning with 127.: $(head -3 "$PB_TMP/d7.out")"
+# a service (pg_service.conf) is looked up as libpq does; one that is not defined is said
+printf '[pbremote]\nhost=192.0.2.1\nconnect_timeout=1\ndbname=x\n\n[pblocal]\nhost=127.0.0.1\nsslmode=disable\n' \
+    >"$PB_TMP/pg_service.conf"
+PGSERVICEFILE=$PB_TMP/pg_service.conf pg_warning d8 "service=pbremote"
+grep -q 'postgres.dsn: host "192.0.2.1" (from service "pbremote") with sslmode=prefer' "$PB_TMP/d8.out" ||
+    fail "(d8) no sslmode warning for a service naming a remote host: $(head -3 "$PB_TMP/d8.out")"
+PGSERVICEFILE=$PB_TMP/pg_service.conf pg_warning d9 "service=pbnosuch connect_timeout=1"
+grep -q 'postgres.dsn: service "pbnosuch" is not defined .*cannot tell which host' "$PB_TMP/d9.out" ||
+    fail "(d9) no warning for a service libpq does not know: $(head -3 "$PB_TMP/d9.out")"
+PGSERVICEFILE=$PB_TMP/pg_service.conf pg_warning d10 "service=pblocal port=1 connect_timeout=1"
+! grep -q 'sslmode\|service' "$PB_TMP/d10.out" || fail "(d10) a warning for a service on the loopback host: $(head -3 "$PB_TMP/d10.out")"
+say "(d7-d9) $(head -1 "$PB_TMP/d8.out" | cut -c1-200); $(head -1 "$PB_TMP/d9.out" | cut -c1-200)"
 
 # (e) a NATS server with TLS whose certificate another CA signed: fatal at once
 C=$PB_TMP/certs
@@ -95,4 +116,29 @@ psql_q "SELECT postbox.enqueue('order', 'o-1', 'order.created.v1', '{\"n\": 1}')
 relay_drain 60 --set relay.sink=nats --set "nats.url=tls://127.0.0.1:$TLS_PORT" --set "nats.tls_ca_cert=$C/ca.pem" \
     --set nats.stream=PB_CONFIG_CHECKS --set nats.subject_prefix=pb.config_checks.
 say "(e) the right CA: the relay published through TLS with verification on"
+
+# (f) a server list (libnats reports only its last server's error): a certificate that fails on
+# every server is fatal as with one server; with one server down and one failing TLS the relay
+# retries and says that TLS failed; a list with a server down and a good one publishes
+nats_list=(--set relay.sink=nats --set nats.stream=PB_CONFIG_CHECKS --set nats.subject_prefix=pb.config_checks.)
+: >"$PB_RELAY_LOG"
+start_relay "${nats_list[@]}" --set "nats.url=tls://127.0.0.1:$TLS_PORT, tls://localhost:$TLS_PORT" \
+    --set "nats.tls_ca_cert=$C/other.pem"
+wait_relay 30
+say "(f1) another CA on every server: exit $RELAY_RC: $(grep -m1 error "$PB_RELAY_LOG" | cut -c1-300)"
+((RELAY_RC == 1)) || fail "(f1) the relay exited $RELAY_RC with an untrusted certificate on every server, expected 1"
+grep -q 'error relay: tls failed with every nats server of tls://127.0.0.1:[0-9]*, tls://localhost:[0-9]*' "$PB_RELAY_LOG" ||
+    fail "(f1) the error does not say that TLS failed with every server"
+: >"$PB_RELAY_LOG"
+start_relay "${nats_list[@]}" --set "nats.url=tls://127.0.0.1:1,tls://127.0.0.1:$TLS_PORT" \
+    --set "nats.tls_ca_cert=$C/other.pem"
+wait_until 'grep -q "tls failed with 1 of its 2 servers" "$PB_RELAY_LOG"' 30 ||
+    { kill_relay; fail "(f2) a list with a server down and one failing TLS: no word about TLS: $(grep -m2 'warn\|error' "$PB_RELAY_LOG")"; }
+pid_alive "$RELAY_PID" || fail "(f2) the relay gave up although a server of the list was only down"
+kill_relay
+say "(f2) one server down, one failing TLS: retried, $(grep -m1 -o 'tls failed with 1 of.*' "$PB_RELAY_LOG" | cut -c1-200)"
+psql_q "SELECT postbox.enqueue('order', 'o-2', 'order.created.v1', '{\"n\": 2}')" >/dev/null
+relay_drain 60 "${nats_list[@]}" --set "nats.url=tls://127.0.0.1:1,tls://127.0.0.1:$TLS_PORT" \
+    --set "nats.tls_ca_cert=$C/ca.pem"
+say "(f3) a list with a server down: published through the other"
 say "ok"

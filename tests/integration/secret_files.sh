@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Secrets in files: amqp.password_file, postgres.password_file, nats.token_file,
-# nats.credentials and metrics.token_file are refused (exit 2, the file and its mode named)
+# nats.credentials, metrics.token_file and the TLS private keys (amqp.tls_key, nats.tls_key,
+# kafka.ssl.key.location) are refused (exit 2, the file and its mode named)
 # when group or others may read them (libpq's rule for .pgpass), and used when they are the
 # owner's only; a URL or DSN with a password of its own beside a password file is a
 # contradiction (exit 2). No password of a file appears in any output.
@@ -47,6 +48,16 @@ expect_refused a5 "metrics.token_file $S/metrics-644: group or others have acces
     --set metrics.listen=127.0.0.1:1 --set "metrics.token_file=$S/metrics-644"
 mkdir -p "$S/dir" && chmod 700 "$S/dir"
 expect_refused a6 "nats.token_file $S/dir: not a regular file" --set relay.sink=nats --set "nats.token_file=$S/dir"
+# TLS private keys are as secret as a password
+secret amqp-key-640 640 'not a real key'
+secret nats-key-644 644 'not a real key'
+secret kafka-key-604 604 'not a real key'
+expect_refused a9 "amqp.tls_key $S/amqp-key-640: group or others have access \(mode 0640\)" \
+    --set "amqp.url=amqps://guest:guest@127.0.0.1:1/" --set "amqp.tls_cert=$S/amqp-key-640" --set "amqp.tls_key=$S/amqp-key-640"
+expect_refused a10 "nats.tls_key $S/nats-key-644: group or others have access \(mode 0644\)" \
+    --set relay.sink=nats --set "nats.tls_cert=$S/nats-key-644" --set "nats.tls_key=$S/nats-key-644"
+expect_refused a11 "kafka.ssl.key.location $S/kafka-key-604: group or others have access \(mode 0604\)" \
+    --set relay.sink=kafka --set kafka.security.protocol=ssl --set "kafka.ssl.key.location=$S/kafka-key-604"
 secret empty 600 ''
 expect_refused a7 "amqp.password_file $S/empty: empty" --set "amqp.url=$AMQP_NOPW" --set "amqp.password_file=$S/empty"
 expect_refused a8 "amqp.password_file $S/missing: cannot open" --set "amqp.url=$AMQP_NOPW" --set "amqp.password_file=$S/missing"

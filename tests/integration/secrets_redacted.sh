@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # No secret reaches any output, whatever its form: postbox config, the logs of relay runs at
 # debug level (PostgreSQL URL with ?password=, key = value pairs with blanks and a second
-# password, passwords with '/' and '@', NATS URL lists with several passwords, tokens, AMQP
-# URLs), and the errors of connection strings libpq cannot parse (libpq would quote them),
+# password, passwords with '/' and '@', NATS URL lists with several passwords, tokens, NATS
+# URLs without a scheme, AMQP URLs, [handlers] SQL, librdkafka properties whose value holds a
+# secret, kafka.brokers in postbox status), and the errors of connection strings libpq cannot parse (libpq would quote them),
 # which are configuration errors (exit 2). Control characters of messages (ids, types, errors)
 # reach neither the text log nor `postbox dlq show` raw. Every test secret contains "PbSec":
 # at the end no file of the test holds that text.
@@ -30,21 +31,22 @@ DSN_KV="host=$PGH port=$PGP user=postgres dbname=$PB_DB password = PbSecSpaced2 
 DSN_SLASH="host=$PGH port=$PGP user=postgres dbname=$PB_DB password='PbSecSl/PbSecAt@PbSecEnd'"
 NATS_LIST="nats://u1:PbSecNatsA@127.0.0.1:1,nats://u2:PbSecNatsB@127.0.0.1:2,tls://u3:PbSecNatsC@127.0.0.1:3"
 NATS_TOKEN="nats://PbSecToken9@127.0.0.1:1"
+# without a scheme (libnats logs in with these), with a websocket token among them
+NATS_BARE="u4:PbSecBareD@127.0.0.1:1, PbSecBareToken@127.0.0.1:2,u5:PbSec Blank@127.0.0.1:3"
 AMQP_ODD="amqp://guest:PbSecAm/PbSecAn@PbSecAo@127.0.0.1:$POSTBOX_AMQP_PORT/"
 i=0
 for dsn in "$DSN_QUERY" "$DSN_KV" "$DSN_SLASH"; do
-    for nats in "$NATS_LIST" "$NATS_TOKEN"; do
+    for nats in "$NATS_LIST" "$NATS_TOKEN" "$NATS_BARE"; do
         i=$((i + 1))
         POSTBOX_PG_DSN=$dsn POSTBOX_NATS_URL=$nats POSTBOX_AMQP_URL=$AMQP_ODD "$POSTBOX_BIN" config \
             >"$OUT/config$i.out" 2>&1 || fail "(a) postbox config failed: $(head -3 "$OUT/config$i.out")"
         no_secret "$OUT/config$i.out" "(a) postbox config"
     done
 done
-grep -q '^dsn = host=.* password = \*\*\* password=\*\*\*$' "$OUT/config3.out" ||
-    fail "(a) the key = value DSN is not shown with its passwords hidden: $(grep '^dsn' "$OUT/config3.out")"
+grep -q '^dsn = host=.* password = \*\*\* password=\*\*\*$' "$OUT/config4.out" ||
+    fail "(a) the key = value DSN is not shown with its passwords hidden: $(grep '^dsn' "$OUT/config4.out")"
 grep -q '^url = nats://u1:\*\*\*@127.0.0.1:1,nats://u2:\*\*\*@127.0.0.1:2,tls://u3:\*\*\*@127.0.0.1:3$' "$OUT/config1.out" ||
     fail "(a) the NATS URL list is not shown with every password hidden: $(grep '^url = nats' "$OUT/config1.out")"
-say "(a) postbox config: $(grep -c . "$OUT"/config*.out | wc -l) outputs without a secret, e.g. $(grep '^url = nats' "$OUT/config1.out")"
 
 # (b) relay runs at debug level with each DSN form: they connect (the password is accepted or
 # not needed) and log nothing secret. Secrets go in through the environment (a command line is
@@ -74,8 +76,29 @@ bad_dsn at "postgresql://postgres:PbSecAt1@PbSecAt2@$PGHOSTPORT/x" "'@' after th
 bad_dsn slash "postgresql://postgres:PbSecSl1/PbSecSl2@$PGHOSTPORT/x" "'@' after the user part"
 bad_dsn keyword "host=$PGH passwrd=PbSecTypo1 dbname=x" 'unknown keyword'
 
+grep -q '^url = u4:\*\*\*@127.0.0.1:1, \*\*\*@127.0.0.1:2,u5:\*\*\*@127.0.0.1:3$' "$OUT/config3.out" ||
+    fail "(a) the NATS list without schemes is not shown with its hosts and ports: $(grep '^url = u4' "$OUT/config3.out")"
+# [handlers] SQL and librdkafka properties whose name is no secret but whose value holds one
+cat >"$PB_TMP/handlers.ini" <<'INI'
+[consume]
+handler = SELECT f($1::jsonb, 'password=PbSecHandler0')
+[handlers]
+order.paid.v1 = SELECT dblink_exec('host=db password=PbSecHandler1', $1::text)
+order.sent.v1 = SELECT remote.call('postgresql://app:PbSecHandler2@db/app', $1::jsonb)
+[kafka]
+sasl.oauthbearer.token.endpoint.url = https://client:PbSecKafkaUrl@idp.example/token
+sasl.kerberos.kinit.cmd = kinit password="PbSecKafka Jaas" -k
+INI
+"$POSTBOX_BIN" -c "$PB_TMP/handlers.ini" config >"$OUT/config-handlers.out" 2>&1 ||
+    fail "(a) postbox config with [handlers] failed: $(head -3 "$OUT/config-handlers.out")"
+rm "$PB_TMP/handlers.ini" # it holds the secrets itself
+no_secret "$OUT/config-handlers.out" "(a) postbox config, [handlers] and [kafka]"
+grep -q "^order.paid.v1 = SELECT dblink_exec('host=db password=\*\*\* \$1::text)$" "$OUT/config-handlers.out" ||
+    fail "(a) the [handlers] entry is not shown redacted: $(grep '^order.paid' "$OUT/config-handlers.out")"
+say "(a) postbox config: $(grep -c . "$OUT"/config*.out | wc -l) outputs without a secret, e.g. $(grep '^url = u4' "$OUT/config3.out")"
+
 # (d) NATS URL lists and tokens in the errors and retries of a relay that cannot connect
-for nats in "$NATS_LIST" "$NATS_TOKEN"; do
+for nats in "$NATS_LIST" "$NATS_TOKEN" "$NATS_BARE"; do
     : >"$PB_RELAY_LOG"
     POSTBOX_NATS_URL=$nats start_relay --set relay.sink=nats -v
     wait_until 'grep -q "waiting for the nats broker\|cannot connect to nats" "$PB_RELAY_LOG"' 30 ||
@@ -84,6 +107,8 @@ for nats in "$NATS_LIST" "$NATS_TOKEN"; do
     cat "$PB_RELAY_LOG" >>"$OUT/relay-d.log"
 done
 no_secret "$OUT/relay-d.log" "(d) the relay's log with NATS URL lists"
+grep -q 'nats at u4:\*\*\*@127.0.0.1:1, \*\*\*@127.0.0.1:2,u5:\*\*\*@127.0.0.1:3' "$OUT/relay-d.log" ||
+    fail "(d) the relay does not name the servers of a list without schemes: $(grep -m1 'u4' "$OUT/relay-d.log" | sed 's/PbSec/<SECRET>/g')"
 say "(d) $(grep -m1 -o 'nats at [^ ]*' "$OUT/relay-d.log")"
 
 # (e) AMQP: a password with '/' and '@' unencoded, and a wrong one (refused by the broker)
@@ -133,6 +158,15 @@ cli_mistake set-colon --set "amqp.url:amqp://guest:PbSecSet2@127.0.0.1:1/" relay
 cli_mistake command "postgresql://postgres:PbSecCmd3@127.0.0.1/x"
 cli_mistake status-arg status "password=PbSecArg4"
 say "(g) $(cat "$OUT/set-colon.out")"
+
+# (h) postbox status names the Kafka cluster: kafka.brokers with a password (a URL typed there)
+for fmt in "" --json; do
+    POSTBOX_KAFKA_BROKERS="SASL_SSL://u6:PbSecBrokers@127.0.0.1:1" timeout 60 "$POSTBOX_BIN" \
+        --set relay.sink=kafka status $fmt >"$OUT/status$fmt.out" 2>&1 || true
+    grep -q 'u6:\*\*\*@127.0.0.1:1' "$OUT/status$fmt.out" || fail "(h) postbox status $fmt does not name the cluster: $(grep -i -m2 kafka "$OUT/status$fmt.out" | sed 's/PbSec/<SECRET>/g')"
+    no_secret "$OUT/status$fmt.out" "(h) postbox status $fmt"
+done
+say "(h) postbox status: $(grep -m1 '^kafka' "$OUT/status.out")"
 
 # everything this test wrote, logs included
 if grep -rl PbSec "$PB_TMP" >/dev/null; then

@@ -191,6 +191,45 @@ static void write_hides_passwords(void **state)
     pb_config_free(&cfg);
 }
 
+/* Secrets in values that are not URLs or DSN options: nats.url without a scheme (libnats logs in
+ * with it), [handlers] SQL, librdkafka properties whose name is no secret but whose value is */
+static void write_hides_secrets_in_any_value(void **state)
+{
+    (void)state;
+    pb_config_t cfg;
+    pb_error_t err;
+    pb_config_init(&cfg);
+    assert_int_equal(pb_config_set(&cfg, "nats.url", "u:N4tsPass@h1:4222, T0kenN4ts@h2:4222",
+                                   PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_set(&cfg, "consume.handler", "SELECT f('password=HandlerPw1')",
+                                   PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_set(&cfg, "handlers.order.paid.v1",
+                                   "SELECT dblink_exec('host=db password=HandlerPw2', $1::text)",
+                                   PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_set(&cfg, "kafka.sasl.oauthbearer.token.endpoint.url",
+                                   "https://client:KafkaUrlPw@idp.example/token", PB_CFG_CLI, &err),
+                     PB_OK);
+    assert_int_equal(pb_config_set(&cfg, "kafka.sasl.kerberos.kinit.cmd",
+                                   "kinit password=\"Kafka Jaas Pw\" -k", PB_CFG_CLI, &err), PB_OK);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    pb_config_write(&cfg, f);
+    fclose(f);
+    const char *secrets[] = {"N4tsPass", "T0kenN4ts", "HandlerPw", "KafkaUrlPw", "Jaas Pw"};
+    for (size_t i = 0; i < sizeof secrets / sizeof secrets[0]; i++)
+        if (strstr(text, secrets[i]))
+            fail_msg("postbox config shows \"%s\":\n%s", secrets[i], text);
+    assert_non_null(strstr(text, "\nurl = u:***@h1:4222, ***@h2:4222\n"));
+    assert_non_null(strstr(text, "\norder.paid.v1 = SELECT dblink_exec('host=db password=*** "
+                                 "$1::text)\n"));
+    assert_non_null(strstr(text, "\nsasl.oauthbearer.token.endpoint.url = "
+                                 "https://client:***@idp.example/token\n"));
+    assert_non_null(strstr(text, "\nsasl.kerberos.kinit.cmd = kinit password=*** -k\n"));
+    free(text);
+    pb_config_free(&cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -201,6 +240,7 @@ int main(void)
         cmocka_unit_test(env_overrides_file),
         cmocka_unit_test(validate_cross_checks),
         cmocka_unit_test(write_hides_passwords),
+        cmocka_unit_test(write_hides_secrets_in_any_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -99,10 +99,12 @@ pb_status_t pb_kafka_new(const pb_config_t *cfg, pb_kafka_role_t role,
         st = set(conf, "auto.offset.reset", "earliest", err);
     for (size_t i = 0; st == PB_OK && i < cfg->n_kafka_props; i++) {
         const char *name = cfg->kafka_prop_keys[i], *value = cfg->kafka_prop_values[i];
+        char shown[512];
+        pb_config_redact_property(name, value, shown, sizeof shown);
         for (const pb_kafka_forced_t *f = forced; f && f->name; f++)
             if (strcmp(f->name, name) == 0 && !same_value(name, f->value, value))
                 st = pb_fail(err, PB_FATAL, "kafka.%s = %s: postbox's %s needs %s = %s", name,
-                             pb_config_secret_property(name) ? "***" : value,
+                             shown,
                              role == PB_KAFKA_PRODUCER ? "kafka sink" : "kafka source", name,
                              f->value);
         if (st == PB_OK)

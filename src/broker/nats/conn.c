@@ -4,9 +4,11 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -89,6 +91,79 @@ const char *pb_nats_conn_status_name(natsConnStatus st)
     return "unknown";
 }
 
+/* ---- the server list ------------------------------------------------------------------------ */
+
+static void free_list(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+void pb_nats_servers_free(char **servers, size_t n)
+{
+    free_list(servers, n);
+}
+
+/* Whether server (trimmed) names the scheme tls://; an unknown scheme is an error. libnats
+ * itself ignores the scheme: "wss://" or a typo would connect in plain text. */
+static pb_status_t check_scheme(const char *server, bool *tls, pb_error_t *err)
+{
+    const char *sep = strstr(server, "://");
+    size_t len = sep ? (size_t)(sep - server) : 0;
+    *tls = sep && len == 3 && strncasecmp(server, "tls", 3) == 0;
+    if (!sep || *tls || (len == 4 && strncasecmp(server, "nats", 4) == 0))
+        return PB_OK;
+    char shown[256];
+    pb_redact_nats_servers(server, shown, sizeof shown);
+    return pb_fail(err, PB_FATAL, "nats.url server \"%s\": scheme \"%.*s\" is not supported, use "
+                                  "nats:// or tls:// (libnats has no websocket transport)",
+                   shown, (int)(len < 32 ? len : 32), server);
+}
+
+pb_status_t pb_nats_servers(const char *url, char ***servers, size_t *n, bool *tls,
+                            pb_error_t *err)
+{
+    *servers = NULL;
+    *n = 0;
+    *tls = false;
+    size_t cap = 1;
+    for (const char *q = url; *q; q++)
+        cap += *q == ',';
+    char **v = pb_malloc(cap * sizeof *v);
+    size_t k = 0;
+    for (const char *p = url;;) {
+        size_t len = strcspn(p, ",");
+        const char *a = p, *b = p + len;
+        while (a < b && isspace((unsigned char)*a))
+            a++;
+        while (b > a && isspace((unsigned char)b[-1]))
+            b--;
+        if (a == b) {
+            free_list(v, k);
+            return pb_fail(err, PB_FATAL, "nats.url: an empty server (two commas, or a comma at "
+                                          "an end): list servers as nats://host:port,"
+                                          "nats://host2:port");
+        }
+        v[k] = pb_malloc((size_t)(b - a) + 1);
+        memcpy(v[k], a, (size_t)(b - a));
+        v[k][b - a] = '\0';
+        bool server_tls;
+        pb_status_t st = check_scheme(v[k++], &server_tls, err);
+        if (st != PB_OK) {
+            free_list(v, k);
+            return st;
+        }
+        *tls = *tls || server_tls;
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    *servers = v;
+    *n = k;
+    return PB_OK;
+}
+
 /* ---- connecting ----------------------------------------------------------------------------- */
 
 static const char *fac_of(void *closure)
@@ -126,8 +201,9 @@ static pb_status_t opt_fail(natsStatus s, const char *what, pb_error_t *err)
     return pb_fail(err, PB_FATAL, "nats: %s: %s", what, pb_nats_error_text(s, buf, sizeof buf));
 }
 
-static pb_status_t build_options(const pb_config_t *cfg, const char *fac, natsOptions **out,
-                                  pb_error_t *err)
+/* Options for connecting to servers[0..n) (the whole list, or one server to probe). */
+static pb_status_t build_options(const pb_config_t *cfg, const char *fac, char **servers, size_t n,
+                                 bool tls, natsOptions **out, pb_error_t *err)
 {
     natsOptions *o = NULL;
     natsStatus s = natsOptions_Create(&o);
@@ -142,7 +218,9 @@ static pb_status_t build_options(const pb_config_t *cfg, const char *fac, natsOp
             goto done;                                                                             \
         }                                                                                          \
     } while (0)
-    TRY(natsOptions_SetURL(o, cfg->nats_url), "nats.url is not a valid server URL list");
+    /* the list split here: libnats 3.4's SetURL reads "a,b" as one URL (host "a,b") */
+    TRY(natsOptions_SetServers(o, (const char **)servers, (int)n),
+        "nats.url is not a valid server URL list");
     TRY(natsOptions_SetName(o, "postbox"), "setting the client name");
     TRY(natsOptions_SetTimeout(o, CONNECT_TIMEOUT_MS), "setting the connect timeout");
     TRY(natsOptions_SetMaxReconnect(o, -1), "setting the reconnect policy");
@@ -153,7 +231,6 @@ static pb_status_t build_options(const pb_config_t *cfg, const char *fac, natsOp
     TRY(natsOptions_SetReconnectedCB(o, on_reconnected, closure), "setting callbacks");
     TRY(natsOptions_SetErrorHandler(o, on_async_error, closure), "setting callbacks");
 
-    bool tls = strstr(cfg->nats_url, "tls://") != NULL;
     if (tls || *cfg->nats_tls_ca_cert || *cfg->nats_tls_cert) {
         TRY(natsOptions_SetSecure(o, true),
             "enabling TLS (is libnats built with TLS support?)");
@@ -203,22 +280,86 @@ done:
     return PB_OK;
 }
 
+/* Connects to servers[0..n); the status of natsConnection_Connect, its text in buf. */
+static natsStatus try_connect(const pb_config_t *cfg, const char *fac, char **servers, size_t n,
+                              bool tls, natsConnection **nc, char *buf, size_t bufsz,
+                              pb_error_t *err, pb_status_t *st)
+{
+    *nc = NULL;
+    natsOptions *o;
+    if ((*st = build_options(cfg, fac, servers, n, tls, &o, err)) != PB_OK)
+        return NATS_ERR;
+    natsStatus s = natsConnection_Connect(nc, o);
+    natsOptions_Destroy(o);
+    if (s != NATS_OK) {
+        pb_nats_error_text(s, buf, bufsz);
+        *nc = NULL;
+    }
+    return s;
+}
+
+/* libnats reports only the error of the last server it tried: each server of a list is tried on
+ * its own to learn which fail the TLS handshake. Returns how many do; the first such server
+ * and its error go to first. */
+static size_t tls_failures(const pb_config_t *cfg, const char *fac, char **servers, size_t n,
+                           bool tls, char *first, size_t firstsz)
+{
+    size_t failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        natsConnection *nc;
+        char buf[300];
+        pb_error_t ignored;
+        pb_status_t st;
+        natsStatus s = try_connect(cfg, fac, &servers[i], 1, tls, &nc, buf, sizeof buf,
+                                   &ignored, &st);
+        if (s == NATS_OK) {
+            natsConnection_Destroy(nc); /* up meanwhile: the next attempt will find it */
+            continue;
+        }
+        if (st != PB_OK || s != NATS_SSL_ERROR)
+            continue;
+        if (!failed++) {
+            char shown[256];
+            pb_redact_nats_servers(servers[i], shown, sizeof shown);
+            snprintf(first, firstsz, "%s: %s", shown, buf);
+        }
+    }
+    return failed;
+}
+
 pb_status_t pb_nats_connect(const pb_config_t *cfg, const char *fac, natsConnection **nc,
                             char *where, size_t wheresz, pb_error_t *err)
 {
     *nc = NULL;
-    pb_redact_secret(cfg->nats_url, where, wheresz);
-    natsOptions *o;
-    pb_status_t st = build_options(cfg, fac, &o, err);
+    pb_redact_nats_servers(cfg->nats_url, where, wheresz);
+    char **servers;
+    size_t n;
+    bool tls;
+    pb_status_t st = pb_nats_servers(cfg->nats_url, &servers, &n, &tls, err);
     if (st != PB_OK)
         return st;
-    natsStatus s = natsConnection_Connect(nc, o);
-    natsOptions_Destroy(o);
-    if (s == NATS_OK)
-        return PB_OK;
     char buf[300];
-    pb_nats_error_text(s, buf, sizeof buf);
-    *nc = NULL;
+    natsStatus s = try_connect(cfg, fac, servers, n, tls, nc, buf, sizeof buf, err, &st);
+    size_t tls_failed = 0;
+    char first[600] = "";
+    if (st == PB_OK && n > 1 &&
+        (s == NATS_SSL_ERROR || s == NATS_NO_SERVER || s == NATS_IO_ERROR || s == NATS_TIMEOUT))
+        tls_failed = tls_failures(cfg, fac, servers, n, tls, first, sizeof first);
+    pb_nats_servers_free(servers, n);
+    if (st != PB_OK || s == NATS_OK)
+        return st;
+    if (n > 1 && tls_failed == n)
+        /* a certificate no server of the list presents acceptably: as fatal as with one */
+        return pb_fail(err, PB_FATAL,
+                       "tls failed with every nats server of %s, e.g. %s (check nats.tls_ca_cert "
+                       "and that each certificate names the host of its server in nats.url)",
+                       where, first);
+    if (tls_failed)
+        /* some servers may only be down: retried, and the TLS failure said every time */
+        return pb_fail(err, PB_TRANSIENT,
+                       "cannot connect to nats at %s: %s; tls failed with %zu of its %zu servers, "
+                       "e.g. %s (check nats.tls_ca_cert and the host names of nats.url)",
+                       where, buf, tls_failed, n, first);
     switch (s) {
     case NATS_CONNECTION_AUTH_FAILED:
     case NATS_NOT_PERMITTED:
@@ -229,6 +370,8 @@ pb_status_t pb_nats_connect(const pb_config_t *cfg, const char *fac, natsConnect
     case NATS_SECURE_CONNECTION_REQUIRED:
         return pb_fail(err, PB_FATAL, "nats at %s requires TLS: use a tls:// URL: %s", where, buf);
     case NATS_SSL_ERROR:
+        if (n > 1) /* the last server tried failed TLS, the others are down: retried */
+            return pb_fail(err, PB_TRANSIENT, "cannot connect to nats at %s: %s", where, buf);
         /* the server answered and the TLS handshake failed: a certificate that does not
          * verify (another CA, another host name) or TLS settings that do not match; retrying
          * cannot change that */
@@ -308,13 +451,6 @@ bool pb_nats_subject_matches(const char *pattern, const char *subject)
         p++;
         s++;
     }
-}
-
-static void free_list(char **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
 }
 
 pb_status_t pb_nats_config_subjects(const pb_config_t *cfg, char ***subjects, size_t *n,

@@ -29,13 +29,23 @@ void pb_nats_lib_retain(void);
 void pb_nats_lib_release(void);
 
 /**
+ * @brief Splits nats.url into its servers (at commas, blanks around them removed), as postbox
+ * hands them to libnats. PB_FATAL for an empty server or a scheme other than nats:// and
+ * tls://. *tls tells whether a server is tls://. Free *servers with pb_nats_servers_free.
+ */
+pb_status_t pb_nats_servers(const char *url, char ***servers, size_t *n, bool *tls,
+                            pb_error_t *err) PB_MUSTCHECK;
+void pb_nats_servers_free(char **servers, size_t n);
+
+/**
  * @brief Connects to cfg->nats_url with the configured TLS and credentials; nats.c then
  * reconnects by itself (forever, every reconnect_wait) when the connection drops.
  * @param fac log facility for connection events ("sink.nats", "source.nats")
  * @param where receives host list for messages (password redacted)
  * @returns PB_OK with *nc set (caller destroys it with natsConnection_Destroy), PB_TRANSIENT when
- *          no server could be reached, PB_FATAL for refused credentials or bad TLS/credential
- *          files.
+ *          no server could be reached (the message names the servers of a list whose TLS
+ *          handshake failed), PB_FATAL for refused credentials, bad TLS/credential files, or a
+ *          TLS handshake that failed with every server.
  */
 pb_status_t pb_nats_connect(const pb_config_t *cfg, const char *fac, natsConnection **nc,
                             char *where, size_t wheresz, pb_error_t *err) PB_MUSTCHECK;
