@@ -752,14 +752,8 @@ pb_status_t pb_sink_nats_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t
     pb_error_t why;
     if (pb_route_check_template(cfg->nats_subject, &why) != PB_OK)
         return pb_fail(err, PB_FATAL, "nats.subject: %s", why.msg);
-    if (!*cfg->nats_url)
-        return pb_fail(err, PB_FATAL, "nats.url is empty");
-    char **servers;
-    size_t nservers;
-    bool tls;
-    if (pb_nats_servers(cfg->nats_url, &servers, &nservers, &tls, err) != PB_OK)
+    if (pb_nats_check_url(cfg, err) != PB_OK)
         return PB_FATAL; /* a configuration error, found before connecting */
-    pb_nats_servers_free(servers, nservers);
     if (cfg->nats_max_pending < cfg->relay_batch_size)
         log_info(FAC, "nats.max_pending %lld is below relay.batch_size %lld: publishing stalls "
                       "until acknowledgements come back", (long long)cfg->nats_max_pending,

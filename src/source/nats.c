@@ -691,14 +691,8 @@ static const pb_source_ops_t nats_source_ops = {
 pb_status_t pb_source_nats_new(const pb_config_t *cfg, pb_source_t **out, pb_error_t *err)
 {
     *out = NULL;
-    if (!*cfg->nats_url)
-        return pb_fail(err, PB_FATAL, "nats.url is empty");
-    char **servers;
-    size_t nservers;
-    bool tls;
-    if (pb_nats_servers(cfg->nats_url, &servers, &nservers, &tls, err) != PB_OK)
+    if (pb_nats_check_url(cfg, err) != PB_OK)
         return PB_FATAL; /* a configuration error, found before connecting */
-    pb_nats_servers_free(servers, nservers);
     if (cfg->nats_max_deliver > 0 && cfg->nats_max_deliver <= cfg->consume_max_attempts)
         return pb_fail(err, PB_FATAL,
                        "nats.max_deliver (%lld) must exceed consume.max_attempts (%lld): the "

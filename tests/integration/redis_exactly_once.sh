@@ -121,14 +121,18 @@ for ((s = 1; s <= N_TX; s++)); do
         continue
     fi
     produce_committed
+    t_commit=$(date +%s%N)
     ((s == N_TX)) && break
     ms=$((RANDOM % 60))
     sleep_ms $ms
     kill_relay_now $s $ms
     start_relay --set relay.batch_size=$RELAY_BATCH
-    ms2=$((50 + RANDOM % 250))
-    sleep_ms $((ms2 - ms))
-    kill_consumer_now $s $ms2
+    # the consumer is killed while it works: once its inbox moved past where its run began, a
+    # few milliseconds later (a fixed delay missed it: it handles a step's 2,000 events in
+    # about 200 ms)
+    for ((w = 0; w < 300 && $(inbox_count) <= consumer_i0; w++)); do sleep_ms 10; done
+    sleep_ms $((RANDOM % 30))
+    kill_consumer_now $s $((($(date +%s%N) - t_commit) / 1000000))
     start_consumer
     sleep_ms $((200 + RANDOM % 400))
 done

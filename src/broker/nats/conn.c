@@ -100,9 +100,54 @@ static void free_list(char **v, size_t n)
     free(v);
 }
 
+/* Splits list at commas into *items (each trimmed of blanks, a copy); false, with nothing kept,
+ * when an item is empty (two commas, or a comma at an end). */
+static bool split_list(const char *list, char ***items, size_t *n)
+{
+    size_t cap = 1;
+    for (const char *q = list; *q; q++)
+        cap += *q == ',';
+    char **v = pb_malloc(cap * sizeof *v);
+    size_t k = 0;
+    for (const char *p = list;;) {
+        const char *end = p + strcspn(p, ",");
+        const char *a = p, *b = end;
+        while (a < b && isspace((unsigned char)*a))
+            a++;
+        while (b > a && isspace((unsigned char)b[-1]))
+            b--;
+        if (a == b) {
+            free_list(v, k);
+            return false;
+        }
+        v[k] = pb_malloc((size_t)(b - a) + 1);
+        memcpy(v[k], a, (size_t)(b - a));
+        v[k++][b - a] = '\0';
+        if (!*end)
+            break;
+        p = end + 1;
+    }
+    *items = v;
+    *n = k;
+    return true;
+}
+
 void pb_nats_servers_free(char **servers, size_t n)
 {
     free_list(servers, n);
+}
+
+pb_status_t pb_nats_check_url(const pb_config_t *cfg, pb_error_t *err)
+{
+    if (!*cfg->nats_url)
+        return pb_fail(err, PB_FATAL, "nats.url is empty");
+    char **servers;
+    size_t n;
+    bool tls;
+    pb_status_t st = pb_nats_servers(cfg->nats_url, &servers, &n, &tls, err);
+    if (st == PB_OK)
+        pb_nats_servers_free(servers, n);
+    return st;
 }
 
 /* Whether server (trimmed) names the scheme tls://; an unknown scheme is an error. libnats
@@ -127,37 +172,19 @@ pb_status_t pb_nats_servers(const char *url, char ***servers, size_t *n, bool *t
     *servers = NULL;
     *n = 0;
     *tls = false;
-    size_t cap = 1;
-    for (const char *q = url; *q; q++)
-        cap += *q == ',';
-    char **v = pb_malloc(cap * sizeof *v);
-    size_t k = 0;
-    for (const char *p = url;;) {
-        size_t len = strcspn(p, ",");
-        const char *a = p, *b = p + len;
-        while (a < b && isspace((unsigned char)*a))
-            a++;
-        while (b > a && isspace((unsigned char)b[-1]))
-            b--;
-        if (a == b) {
-            free_list(v, k);
-            return pb_fail(err, PB_FATAL, "nats.url: an empty server (two commas, or a comma at "
-                                          "an end): list servers as nats://host:port,"
-                                          "nats://host2:port");
-        }
-        v[k] = pb_malloc((size_t)(b - a) + 1);
-        memcpy(v[k], a, (size_t)(b - a));
-        v[k][b - a] = '\0';
+    char **v;
+    size_t k;
+    if (!split_list(url, &v, &k))
+        return pb_fail(err, PB_FATAL, "nats.url: an empty server (two commas, or a comma at an "
+                                      "end): list servers as nats://host:port,nats://host2:port");
+    for (size_t i = 0; i < k; i++) {
         bool server_tls;
-        pb_status_t st = check_scheme(v[k++], &server_tls, err);
+        pb_status_t st = check_scheme(v[i], &server_tls, err);
         if (st != PB_OK) {
             free_list(v, k);
             return st;
         }
         *tls = *tls || server_tls;
-        if (!p[len])
-            break;
-        p += len + 1;
     }
     *servers = v;
     *n = k;
@@ -473,34 +500,9 @@ pb_status_t pb_nats_config_subjects(const pb_config_t *cfg, char ***subjects, si
         *n = 1;
         return PB_OK;
     }
-    size_t cap = 1;
-    for (const char *q = list; *q; q++)
-        cap += *q == ',';
-    char **v = pb_malloc(cap * sizeof *v);
-    size_t k = 0;
-    const char *p = list;
-    for (;;) {
-        const char *end = p + strcspn(p, ",");
-        const char *a = p, *b = end;
-        while (a < b && isspace((unsigned char)*a))
-            a++;
-        while (b > a && isspace((unsigned char)b[-1]))
-            b--;
-        if (a == b) {
-            free_list(v, k);
-            return pb_fail(err, PB_FATAL, "nats.stream_subjects \"%s\": empty subject between "
-                                          "commas", list);
-        }
-        v[k] = pb_malloc((size_t)(b - a) + 1);
-        memcpy(v[k], a, (size_t)(b - a));
-        v[k][b - a] = '\0';
-        k++;
-        if (!*end)
-            break;
-        p = end + 1;
-    }
-    *subjects = v;
-    *n = k;
+    if (!split_list(list, subjects, n))
+        return pb_fail(err, PB_FATAL, "nats.stream_subjects \"%s\": empty subject between "
+                                      "commas", list);
     return PB_OK;
 }
 

@@ -37,6 +37,10 @@ pb_status_t pb_nats_servers(const char *url, char ***servers, size_t *n, bool *t
                             pb_error_t *err) PB_MUSTCHECK;
 void pb_nats_servers_free(char **servers, size_t n);
 
+/** @brief The check of nats.url both the sink and the source make before connecting: not
+ * empty, and every server well formed (pb_nats_servers). PB_FATAL otherwise. */
+pb_status_t pb_nats_check_url(const pb_config_t *cfg, pb_error_t *err) PB_MUSTCHECK;
+
 /**
  * @brief Connects to cfg->nats_url with the configured TLS and credentials; nats.c then
  * reconnects by itself (forever, every reconnect_wait) when the connection drops.
