@@ -310,6 +310,20 @@ void pb_buf_printf(pb_buf_t *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
+void pb_buf_put_int64(pb_buf_t *b, int64_t v)
+{
+    char digits[24];
+    size_t i = sizeof digits;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        digits[--i] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        digits[--i] = '-';
+    pb_buf_append(b, digits + i, sizeof digits - i);
+}
+
 void pb_buf_append_array_text(pb_buf_t *b, const char *s)
 {
     pb_buf_putc(b, '"');

@@ -20,6 +20,8 @@ void pb_buf_append(pb_buf_t *b, const char *s, size_t n);
 void pb_buf_puts(pb_buf_t *b, const char *s);
 void pb_buf_putc(pb_buf_t *b, char c);
 void pb_buf_printf(pb_buf_t *b, const char *fmt, ...) PB_PRINTF(2, 3);
+/* v in decimal: what pb_buf_printf(b, "%lld", v) writes, without formatting twice (per message). */
+void pb_buf_put_int64(pb_buf_t *b, int64_t v);
 
 /* Appends s as an element of a PostgreSQL array literal: "..." with \ and " escaped. */
 void pb_buf_append_array_text(pb_buf_t *b, const char *s);

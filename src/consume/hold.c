@@ -53,7 +53,8 @@ static const char *key_of(pb_hold_t *h, const pb_message_t *m)
         pb_buf_putc(&h->key, '\x1f');
         pb_buf_puts(&h->key, m->aggregate_id);
     } else {
-        pb_buf_printf(&h->key, "\x1e%llu", (unsigned long long)m->tag);
+        pb_buf_putc(&h->key, '\x1e');
+        pb_buf_put_int64(&h->key, (int64_t)m->tag);
     }
     return h->key.data;
 }

@@ -200,7 +200,7 @@ static void put_claim_element(pb_buf_t *b, claim_array_t which, const pb_message
         break;
     default:
         if (numbered)
-            pb_buf_printf(b, "%lld", (long long)m->sequence);
+            pb_buf_put_int64(b, m->sequence);
         else
             pb_buf_puts(b, "NULL");
         break;
@@ -288,8 +288,10 @@ static void build_metadata(pb_inbox_t *ib, const pb_message_t *m)
     pb_buf_append_json_string(b, m->routing_key ? m->routing_key : "");
     pb_buf_puts(b, ",\"exchange\":");
     pb_buf_append_json_string(b, m->exchange ? m->exchange : "");
-    pb_buf_printf(b, ",\"redelivered\":%s,\"timestamp\":%lld,\"consumer\":",
-                  m->redelivered ? "true" : "false", (long long)m->timestamp);
+    pb_buf_puts(b, m->redelivered ? ",\"redelivered\":true,\"timestamp\":"
+                                  : ",\"redelivered\":false,\"timestamp\":");
+    pb_buf_put_int64(b, m->timestamp);
+    pb_buf_puts(b, ",\"consumer\":");
     pb_buf_append_json_string(b, ib->cfg->consume_consumer);
     pb_buf_putc(b, '}');
 }

@@ -92,7 +92,9 @@ static void put_text(pb_buf_t *b, const char *s)
 
 static void put_number(pb_buf_t *b, int64_t v)
 {
-    pb_buf_printf(b, "%s%lld", b->len > 1 ? "," : "", (long long)v);
+    if (b->len > 1)
+        pb_buf_putc(b, ',');
+    pb_buf_put_int64(b, v);
 }
 
 static void close_arrays(pb_inbox_seq_t *sq, int count)

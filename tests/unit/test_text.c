@@ -292,6 +292,22 @@ static void int64_from_a_span(void **state)
     assert_int_equal(v, 5); /* untouched on failure */
 }
 
+/* pb_buf_put_int64 writes what printf's %lld does, the extremes included. */
+static void int64_in_decimal(void **state)
+{
+    (void)state;
+    const int64_t values[] = {0, 7, -1, 42, 1000000, INT64_MAX, INT64_MIN};
+    for (size_t i = 0; i < sizeof values / sizeof *values; i++) {
+        pb_buf_t b = {0};
+        char want[32];
+        snprintf(want, sizeof want, "%lld", (long long)values[i]);
+        pb_buf_puts(&b, "x");
+        pb_buf_put_int64(&b, values[i]);
+        assert_string_equal(b.data + 1, want);
+        pb_buf_free(&b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -301,6 +317,7 @@ int main(void)
         cmocka_unit_test(copy_cuts_on_boundaries),
         cmocka_unit_test(copy_empty_null_and_zero_size),
         cmocka_unit_test(int64_from_a_span),
+        cmocka_unit_test(int64_in_decimal),
         cmocka_unit_test(copy_replaces_invalid_bytes),
         cmocka_unit_test(copy_replaces_control_characters),
         cmocka_unit_test(copy_long_multibyte_reason),
