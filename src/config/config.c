@@ -405,7 +405,7 @@ static pb_status_t check_cdc_name(const char *option, const char *name, bool is_
     return PB_OK;
 }
 
-/* Whether prefix is postbox's own, as postbox.emit accepts it (sql/013_emit_prefix.sql):
+/* Whether prefix is postbox's own, as postbox.emit accepts it (sql/014_emit_prefix.sql):
  * "postbox", or "postbox." and a name of letters, digits, '_' and '-'. */
 static bool emit_prefix_ok(const char *prefix)
 {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# postbox.emit writes under postbox's own prefix only (sql/013_emit_prefix.sql). It runs as the
+# postbox.emit writes under postbox's own prefix only (sql/014_emit_prefix.sql). It runs as the
 # schema owner (SECURITY DEFINER) and used to take any prefix from its caller: a role allowed to
 # emit could write, as the owner, messages that whatever else decodes this database's logical
 # messages would take for its own, or postbox's drain markers.

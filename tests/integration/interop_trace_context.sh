@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# W3C trace context (sql/014): a producer's `SET LOCAL postbox.traceparent` / `tracestate` travel
+# W3C trace context (sql/013): a producer's `SET LOCAL postbox.traceparent` / `tracestate` travel
 # with its events and arrive as native headers on all four brokers, read by clients that are not
 # postbox's: python3-pika (RabbitMQ), kcat (Kafka), redis-cli (Redis Streams: fields of their
 # own) and nats-tool (a plain nats.c client); in cdc, postbox.emit takes it as well. An event's

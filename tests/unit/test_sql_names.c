@@ -64,7 +64,7 @@ static void publication_names(void **state)
     assert_non_null(strstr(err.msg, "at most 63"));
 }
 
-/* The prefixes postbox.emit writes (sql/013_emit_prefix.sql), and no other. */
+/* The prefixes postbox.emit writes (sql/014_emit_prefix.sql), and no other. */
 static void message_prefixes(void **state)
 {
     (void)state;

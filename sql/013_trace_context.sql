@@ -1,4 +1,4 @@
--- postbox schema, version 14: W3C trace context captured with every event.
+-- postbox schema, version 13: W3C trace context captured with every event.
 --
 -- A producer that runs inside a trace says so once per transaction or session:
 --     SET LOCAL postbox.traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';

@@ -1,8 +1,17 @@
--- postbox schema, version 15: postbox.emit (the cdc path) takes the trace context too.
+-- postbox schema, version 14: postbox.emit writes under postbox's own prefix only, and takes the
+-- trace context.
 --
--- Version 14 gave every outbox row the session's postbox.traceparent / postbox.tracestate;
--- events written with postbox.emit never touch the outbox, so emit adds them to the event's
--- headers itself, by the same rule (postbox.with_trace_context). The body is version 13's
+-- postbox.emit runs as the schema owner (SECURITY DEFINER) and took the prefix of its logical
+-- message from its caller: a role allowed to emit postbox events could write, as the owner,
+-- messages under any prefix, read by whatever else decodes logical messages from this database
+-- (another application's prefix, postbox's drain markers). Now the prefix must be postbox's:
+-- 'postbox' (the default of cdc.message_prefix) or 'postbox.' followed by a name of letters,
+-- digits, '_' and '-' (a relay configured with cdc.message_prefix = postbox.orders); anything
+-- else is refused with an error naming the prefix.
+--
+-- Events written with postbox.emit never touch the outbox, so the trigger of version 13 does not
+-- see them: emit adds the session's postbox.traceparent / postbox.tracestate to the event's
+-- headers itself, by the same rule (postbox.with_trace_context). The body is version 9's
 -- otherwise.
 CREATE OR REPLACE FUNCTION postbox.emit(
     p_aggregate_type text,
