@@ -100,7 +100,7 @@ ossl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout "$C/server.key" -ou
 printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$C/san.ext"
 ossl x509 -req -in "$C/server.csr" -CA "$C/ca.pem" -CAkey "$C/ca.key" -CAcreateserial -days 2 \
     -extfile "$C/san.ext" -out "$C/server.pem"
-TLS_PORT=$((24300 + RANDOM % 600))
+TLS_PORT=$(free_port)
 nats-server -a 127.0.0.1 -p "$TLS_PORT" -js -sd "$PB_TMP/nats-store" --tls --tlscert "$C/server.pem" \
     --tlskey "$C/server.key" >"$PB_TMP/nats-tls.log" 2>&1 &
 PB_PIDS+=($!)

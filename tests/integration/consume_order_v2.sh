@@ -14,7 +14,7 @@ for _v in $(compgen -v POSTBOX_CONSUME_ || true); do unset "$_v"; done
 export POSTBOX_AMQP_QUEUE=$PB_QUEUE
 export POSTBOX_CONSUME_CONSUMER=order-v2 POSTBOX_CONSUME_GAP_TIMEOUT=1s
 export POSTBOX_CONSUME_HANDLER="INSERT INTO effects (agg, seq) VALUES (\$1::jsonb->>'agg', (\$1::jsonb->>'seq')::bigint)"
-PORT=$((20000 + RANDOM % 10000))
+PORT=$(free_port)
 export POSTBOX_METRICS_LISTEN=127.0.0.1:$PORT
 setup_queue '#'
 pb_init

@@ -54,7 +54,7 @@ say "producer role: enqueue, capture trigger and libpostbox wrote $n events; rea
 refused "$PB_RELAY_DSN" "SELECT * FROM postbox.inbox" "the relay"
 refused "$PB_RELAY_DSN" "INSERT INTO postbox.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('a', 'b', 'c', '{}')" "the relay"
 refused "$PB_RELAY_DSN" "UPDATE postbox.relay_lock_keys SET shard = 1" "the relay"
-relay_drain 60 --set metrics.listen=127.0.0.1:$((30000 + RANDOM % 20000)) --set metrics.sample_interval=100ms
+relay_drain 60 --set metrics.listen=127.0.0.1:$(free_port) --set metrics.sample_interval=100ms
 grep -q 'permission denied' "$PB_RELAY_LOG" && fail "the relay met a refused privilege: $(grep 'permission denied' "$PB_RELAY_LOG" | head -3)"
 ((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC"
 [[ $(published_count) == 6 ]] || fail "the relay role published $(published_count) of 6 events"

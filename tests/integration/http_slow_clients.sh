@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh"
 command -v curl >/dev/null || fail "curl is missing (scripts/install-deps)"
 SLOW=40
 PROBE_SECS=25
-PORT=$((38100 + RANDOM % 800))
+PORT=$(free_port)
 URL=http://127.0.0.1:$PORT
 pb_init
 printf 'PbSlowClientsToken3\n' >"$PB_TMP/token"

@@ -147,7 +147,7 @@ check_in_order "$CONSUMER_LOG" "$CONSUMER2_LOG"
 
 # replay: a new consumer group reads the whole topic again
 before=$dups
-METRICS_PORT=$((20000 + RANDOM % 10000))
+METRICS_PORT=$(free_port)
 start_consumer "${GROUP_OPTS[@]}" --set kafka.group=pb.$PB_KAFKA_RUN.replay --set metrics.listen=127.0.0.1:$METRICS_PORT
 wait_until '(( $(dup_lines) >= before + in_topic ))' 180 || fail "replay: only $(($(dup_lines) - before)) of $in_topic messages came back as duplicates"
 # /metrics: the consumer lag of each partition (librdkafka's view), 0 once it caught up

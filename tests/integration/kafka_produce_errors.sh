@@ -10,7 +10,7 @@ source "$(dirname "$0")/kafka_lib.sh"
 pb_init
 N_AGG=20 PER_AGG=25
 total=$((N_AGG * PER_AGG))
-METRICS_PORT=$((20000 + RANDOM % 10000))
+METRICS_PORT=$(free_port)
 
 run_round() { # NAME CONTROL...: inject, enqueue, relay until drained; checks what arrived
     local name=$1 topic got

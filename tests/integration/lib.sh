@@ -198,6 +198,20 @@ EOF
 }
 
 # sleep_ms MS: sleeps MS milliseconds (0 for a negative MS)
+# free_port: a TCP port on 127.0.0.1 that nothing listens on now, taken below the kernel's
+# ephemeral range (32768+) so that no outgoing connection of another test or service can hold it
+# by the time the process under test binds it.
+free_port() {
+    local port i
+    for i in $(seq 1 200); do
+        port=$((20000 + RANDOM % 12000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "$port"
+            return 0
+        fi
+    done
+    fail "free_port: no free port found between 20000 and 32000"
+}
 sleep_ms() { local ms=$(($1 > 0 ? $1 : 0)); sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"; }
 
 # Pending: not published and not dead-lettered.

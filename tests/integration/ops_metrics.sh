@@ -6,7 +6,7 @@ source "$(dirname "$0")/lib.sh"
 
 command -v promtool >/dev/null || fail "promtool is missing (scripts/install-deps installs Debian's prometheus package)"
 command -v curl >/dev/null || fail "curl is missing (scripts/install-deps)"
-PORT=$((39100 + RANDOM % 800))
+PORT=$(free_port)
 PORT2=$((PORT + 1))
 URL=http://127.0.0.1:$PORT
 

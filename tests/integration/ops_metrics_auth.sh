@@ -6,7 +6,7 @@ source "$(dirname "$0")/lib.sh"
 
 command -v curl >/dev/null || fail "curl is missing (scripts/install-deps)"
 command -v ss >/dev/null || fail "ss is missing (scripts/install-deps: iproute2)"
-PORT=$((39100 + RANDOM % 800))
+PORT=$(free_port)
 URL=http://127.0.0.1:$PORT
 pb_init
 setup_queue '#'

@@ -15,7 +15,6 @@ command -v curl >/dev/null || fail "curl is missing (scripts/install-deps)"
 STREAM=pb:$PB_TEST:order GROUP=postbox_status-test
 export POSTBOX_CONSUME_SOURCE=redis POSTBOX_CONSUME_CONSUMER=status-test POSTBOX_REDIS_STREAMS=$STREAM
 export POSTBOX_CONSUME_HANDLER='SELECT 1'
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 metric() { # URL NAME: the value of the first sample of NAME (with its labels) in URL's /metrics
     curl -sf "$1/metrics" | awk -v n="$2" 'index($0, n) == 1 { print $NF; exit }'
 }
