@@ -1,8 +1,11 @@
-/* postbox purge --older-than DURATION [--batch N] [--outbox-only|--inbox-only] [--consumer C]:
- * retention by hand (the relay and the consumer also purge periodically: relay.retention,
- * consume.retention). Deletes published outbox rows and handled inbox rows older than
- * DURATION in batches, each batch its own short transaction (store/purge.h); SIGTERM/SIGINT
- * stop it between two batches. Prints rows, batches and the longest batch per table. */
+/* postbox purge --older-than DURATION [--batch N] [--outbox-only|--inbox-only] [--consumer C]
+ * [--dead-letters]: retention by hand (the relay and the consumer also purge periodically:
+ * relay.retention, consume.retention, relay.dead_letter_retention, consume.dead_retention).
+ * Deletes published outbox rows and handled inbox rows older than DURATION, and with
+ * --dead-letters the dead letters (postbox.dead_letters, postbox.inbox_dead) dead for longer
+ * than DURATION whatever their type, in batches, each batch its own short transaction
+ * (store/purge.h); SIGTERM/SIGINT stop it between two batches. Prints rows, batches and the
+ * longest batch per table. */
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,7 +23,7 @@ static int purge_one(pb_cli_t *cli, PGconn *conn, pb_purge_target_t target, int6
     pb_purge_t p;
     pb_error_t err;
     int64_t t0 = pb_monotonic_ms();
-    if (pb_purge_begin(&p, conn, target, older_ms, consumer, batch, &err) != PB_OK) {
+    if (pb_purge_begin(&p, conn, target, older_ms, NULL, consumer, batch, &err) != PB_OK) {
         fprintf(stderr, "postbox purge: %s\n", err.msg);
         return PB_EXIT_FAILURE;
     }
@@ -46,7 +49,7 @@ static int purge_one(pb_cli_t *cli, PGconn *conn, pb_purge_target_t target, int6
 int pb_cmd_purge(pb_cli_t *cli)
 {
     int64_t older_ms = -1, batch = 0;
-    bool outbox = true, inbox = true;
+    bool outbox = true, inbox = true, dead = false;
     const char *consumer = NULL;
     for (int i = 0; i < cli->n_args; i++) {
         const char *v;
@@ -54,6 +57,8 @@ int pb_cmd_purge(pb_cli_t *cli)
             inbox = false;
         } else if (strcmp(cli->args[i], "--inbox-only") == 0) {
             outbox = false;
+        } else if (strcmp(cli->args[i], "--dead-letters") == 0) {
+            dead = true;
         } else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--older-than"))) {
             if (!*v || !pb_args_duration_ms(v, &older_ms) || older_ms <= 0) {
                 fprintf(stderr, "postbox purge: --older-than: expected a duration such as 7d\n");
@@ -91,6 +96,10 @@ int pb_cmd_purge(pb_cli_t *cli)
     int rc = PB_EXIT_OK;
     if (outbox)
         rc = purge_one(cli, conn, PB_PURGE_OUTBOX, older_ms, NULL, (int)batch);
+    if (rc == PB_EXIT_OK && outbox && dead)
+        rc = purge_one(cli, conn, PB_PURGE_DEAD_LETTERS, older_ms, NULL, (int)batch);
+    if (rc == PB_EXIT_OK && inbox && dead) /* first: a dead message's inbox row goes with it */
+        rc = purge_one(cli, conn, PB_PURGE_INBOX_DEAD, older_ms, consumer, (int)batch);
     if (rc == PB_EXIT_OK && inbox)
         rc = purge_one(cli, conn, PB_PURGE_INBOX, older_ms, consumer, (int)batch);
     PQfinish(conn);

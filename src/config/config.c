@@ -14,6 +14,7 @@
 #include "common/route.h"
 #include "common/str.h"
 #include "relay/mask.h"
+#include "store/retention_rules.h"
 
 typedef enum opt_type { OPT_STR, OPT_ENUM, OPT_INT, OPT_MS, OPT_BOOL } opt_type_t;
 
@@ -440,6 +441,15 @@ pb_status_t pb_config_validate(const pb_config_t *cfg, pb_error_t *err)
     if (cfg->relay_backoff_base > cfg->relay_backoff_cap)
         return pb_fail(err, PB_FATAL, "relay.backoff_base (%lld ms) is larger than relay.backoff_cap (%lld ms)",
                        (long long)cfg->relay_backoff_base, (long long)cfg->relay_backoff_cap);
+    pb_retention_rules_t rules;
+    if (pb_retention_rules_parse("relay.dead_letter_retention_types",
+                                 cfg->relay_dead_letter_retention_types, &rules, err) != PB_OK)
+        return PB_FATAL;
+    pb_retention_rules_free(&rules);
+    if (pb_retention_rules_parse("consume.dead_retention_types", cfg->consume_dead_retention_types,
+                                 &rules, err) != PB_OK)
+        return PB_FATAL;
+    pb_retention_rules_free(&rules);
     pb_error_t inner;
     if (pb_route_check_template(cfg->amqp_routing_key, &inner) != PB_OK)
         return pb_fail(err, PB_FATAL, "amqp.routing_key: %s", inner.msg);

@@ -26,6 +26,7 @@ struct pb_janitor {
     PGconn *conn;
     pb_purge_t purge;
     bool purging;
+    size_t job; /* opts.purges[job] is the one purging or next */
     bool warned; /* a connection failure was logged already */
 };
 
@@ -99,42 +100,73 @@ static void sample(pb_janitor_t *jan)
     pb_metrics_set_outbox(s.backlog, s.backlog_exact, s.oldest_age_s, s.dead_letters, took);
 }
 
+static bool purge_wanted(const pb_janitor_purge_t *j)
+{
+    return j->retention_ms > 0 || (j->rules && j->rules->n > 0);
+}
+
+/* Whether the janitor has any retention work at all. */
+static bool any_purge(const pb_janitor_opts_t *o)
+{
+    for (size_t i = 0; i < o->n_purges; i++)
+        if (purge_wanted(&o->purges[i]))
+            return true;
+    return false;
+}
+
+/* The current purge is over (done or failed): on to the next table, or the round is over and
+ * the next one starts after the interval (retry_ms after a failure). */
+static void next_job(pb_janitor_t *jan, int64_t *next_purge, int64_t wait_ms)
+{
+    jan->purging = false;
+    do
+        jan->job++;
+    while (jan->job < jan->opts.n_purges && !purge_wanted(&jan->opts.purges[jan->job]));
+    if (jan->job < jan->opts.n_purges && wait_ms == 0)
+        return; /* the next table at once */
+    jan->job = 0;
+    while (jan->job < jan->opts.n_purges && !purge_wanted(&jan->opts.purges[jan->job]))
+        jan->job++;
+    *next_purge = pb_monotonic_ms() + (wait_ms ? wait_ms : jan->opts.purge_interval_ms);
+}
+
 /* One purge batch; starts a purge when one is due. Returns true while a purge is in progress. */
 static bool purge_tick(pb_janitor_t *jan, int64_t *next_purge)
 {
     const pb_janitor_opts_t *o = &jan->opts;
+    const pb_janitor_purge_t *j = &o->purges[jan->job];
     pb_error_t err;
     if (!jan->purging) {
         if (pb_monotonic_ms() < *next_purge || !pb_metrics_ready())
             return false;
-        if (pb_purge_begin(&jan->purge, jan->conn, o->target, o->retention_ms, o->consumer, 0,
-                           &err) != PB_OK) {
+        if (pb_purge_begin(&jan->purge, jan->conn, j->target, j->retention_ms, j->rules,
+                           o->consumer, 0, &err) != PB_OK) {
             log_warn(FAC, "%s", err.msg);
-            *next_purge = pb_monotonic_ms() + RECONNECT_MS;
+            next_job(jan, next_purge, RECONNECT_MS);
             return false;
         }
         jan->purging = true;
     }
     uint64_t rows;
     if (pb_purge_step(&jan->purge, &rows, &err) != PB_OK) {
-        log_warn(FAC, "retention purge of postbox.%s stopped: %s", pb_purge_table(o->target),
+        log_warn(FAC, "retention purge of postbox.%s stopped: %s", pb_purge_table(j->target),
                  err.msg);
-        jan->purging = false;
-        *next_purge = pb_monotonic_ms() + RECONNECT_MS;
+        next_job(jan, next_purge, RECONNECT_MS);
         if (PQstatus(jan->conn) != CONNECTION_OK)
             drop_conn(jan);
         return false;
     }
     if (!jan->purge.done)
         return true;
-    jan->purging = false;
-    *next_purge = pb_monotonic_ms() + o->purge_interval_ms;
     if (jan->purge.deleted)
-        log_info(FAC, "purged %llu rows of postbox.%s older than %s in %llu batches (longest %.0f ms)",
-                 (unsigned long long)jan->purge.deleted, pb_purge_table(o->target),
-                 jan->purge.cutoff, (unsigned long long)jan->purge.batches,
-                 jan->purge.max_batch_ms);
-    return false;
+        log_info(FAC, "purged %llu rows of postbox.%s older than %s%s in %llu batches (longest "
+                      "%.0f ms)",
+                 (unsigned long long)jan->purge.deleted, pb_purge_table(j->target),
+                 j->retention_ms ? jan->purge.cutoff : "their type's retention",
+                 j->rules && j->rules->n ? " or their type's retention" : "",
+                 (unsigned long long)jan->purge.batches, jan->purge.max_batch_ms);
+    next_job(jan, next_purge, 0);
+    return jan->purging || *next_purge <= pb_monotonic_ms();
 }
 
 /* @thread janitor */
@@ -153,10 +185,11 @@ static void *janitor_main(void *arg)
                 sample(jan);
                 next_sample = now + o->sample_interval_ms;
             }
-            bool busy = jan->conn && o->retention_ms > 0 && purge_tick(jan, &next_purge);
+            bool purges = any_purge(o);
+            bool busy = jan->conn && purges && purge_tick(jan, &next_purge);
             if (o->sample_interval_ms > 0 && next_sample < deadline)
                 deadline = next_sample;
-            if (o->retention_ms > 0) {
+            if (purges) {
                 /* not ready yet: look again soon; purging: next batch at once */
                 int64_t p = busy ? now : (next_purge > now ? next_purge : now + 1000);
                 if (p < deadline)
@@ -173,11 +206,13 @@ static void *janitor_main(void *arg)
 pb_status_t pb_janitor_start(const pb_janitor_opts_t *opts, pb_janitor_t **out, pb_error_t *err)
 {
     *out = NULL;
-    if (opts->sample_interval_ms <= 0 && opts->retention_ms <= 0)
+    if (opts->sample_interval_ms <= 0 && !any_purge(opts))
         return PB_OK;
     pb_janitor_t *jan = pb_malloc(sizeof *jan);
     memset(jan, 0, sizeof *jan);
     jan->opts = *opts;
+    while (jan->job < opts->n_purges && !purge_wanted(&opts->purges[jan->job]))
+        jan->job++; /* the first table with a retention */
     pthread_mutex_init(&jan->mu, NULL);
     pthread_cond_init(&jan->cv, NULL);
     /* SIGTERM and SIGINT stay with the main thread (they interrupt its sleeps) */

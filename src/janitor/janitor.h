@@ -14,13 +14,22 @@
 #include "common/err.h"
 #include "store/purge.h"
 
+/* One table's retention: rows older than retention_ms go (dead letters: per type by rules). */
+typedef struct pb_janitor_purge {
+    pb_purge_target_t target;
+    int64_t retention_ms;              /* 0: none, unless a rule gives an age */
+    const pb_retention_rules_t *rules; /* dead letters only (borrowed); NULL: none */
+} pb_janitor_purge_t;
+
+#define PB_JANITOR_PURGES_MAX 2
+
 typedef struct pb_janitor_opts {
     const char *dsn;            /* borrowed, must outlive the janitor */
     int64_t sample_interval_ms; /* 0: no sampling */
-    pb_purge_target_t target;   /* what the purge deletes */
-    int64_t retention_ms;       /* 0: no purge */
-    int64_t purge_interval_ms;  /* between the end of one purge and the start of the next */
-    const char *consumer;       /* inbox purge: only this consumer's rows (borrowed) */
+    pb_janitor_purge_t purges[PB_JANITOR_PURGES_MAX]; /* run one after the other */
+    size_t n_purges;
+    int64_t purge_interval_ms;  /* between the end of one round of purges and the next */
+    const char *consumer;       /* inbox purges: only this consumer's rows (borrowed) */
 } pb_janitor_opts_t;
 
 typedef struct pb_janitor pb_janitor_t;

@@ -12,6 +12,7 @@
 struct pb_ops {
     pb_http_t *http;
     pb_janitor_t *janitor;
+    pb_retention_rules_t dead_rules; /* the janitor borrows them */
 };
 
 pb_status_t pb_ops_start(const pb_config_t *cfg, const char *component, pb_ops_t **out,
@@ -37,15 +38,30 @@ pb_status_t pb_ops_start(const pb_config_t *cfg, const char *component, pb_ops_t
             return st;
         }
     }
+    st = relay ? pb_retention_rules_parse("relay.dead_letter_retention_types",
+                                          cfg->relay_dead_letter_retention_types,
+                                          &ops->dead_rules, err)
+               : pb_retention_rules_parse("consume.dead_retention_types",
+                                          cfg->consume_dead_retention_types, &ops->dead_rules,
+                                          err);
     pb_janitor_opts_t jo = {
         .dsn = cfg->postgres_dsn,
         .sample_interval_ms = relay && *cfg->metrics_listen ? cfg->metrics_sample_interval : 0,
-        .target = relay ? PB_PURGE_OUTBOX : PB_PURGE_INBOX,
-        .retention_ms = relay ? cfg->relay_retention : cfg->consume_retention,
+        /* dead letters first: a dead inbox message's row goes in the same round */
+        .purges = {{.target = relay ? PB_PURGE_DEAD_LETTERS : PB_PURGE_INBOX_DEAD,
+                    .retention_ms = relay ? cfg->relay_dead_letter_retention
+                                          : cfg->consume_dead_retention,
+                    .rules = &ops->dead_rules},
+                   {.target = relay ? PB_PURGE_OUTBOX : PB_PURGE_INBOX,
+                    .retention_ms = relay ? cfg->relay_retention : cfg->consume_retention}},
+        .n_purges = 2,
         .purge_interval_ms = relay ? cfg->relay_purge_interval : cfg->consume_purge_interval,
         .consumer = relay ? NULL : cfg->consume_consumer,
     };
-    if ((st = pb_janitor_start(&jo, &ops->janitor, err)) != PB_OK) {
+    if (st == PB_OK)
+        st = pb_janitor_start(&jo, &ops->janitor, err);
+    if (st != PB_OK) {
+        pb_retention_rules_free(&ops->dead_rules);
         pb_http_free(ops->http);
         free(ops);
         return st;
@@ -60,6 +76,7 @@ void pb_ops_stop(pb_ops_t *ops)
         return;
     pb_metrics_set_state(false, false, false);
     pb_janitor_stop(ops->janitor);
+    pb_retention_rules_free(&ops->dead_rules);
     pb_http_free(ops->http);
     free(ops);
 }

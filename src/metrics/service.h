@@ -8,8 +8,9 @@
 
 typedef struct pb_ops pb_ops_t;
 
-/* component: "relay" (samples the outbox, purges it with relay.retention) or "consume" (purges
- * its consumer's inbox rows with consume.retention). PB_FATAL when metrics.listen cannot be
+/* component: "relay" (samples the outbox, purges it with relay.retention and its dead letters
+ * with relay.dead_letter_retention[_types]) or "consume" (purges its consumer's inbox rows with
+ * consume.retention and its dead messages with consume.dead_retention[_types]). PB_FATAL when metrics.listen cannot be
  * served. cfg is borrowed and must outlive the result. */
 pb_status_t pb_ops_start(const pb_config_t *cfg, const char *component, pb_ops_t **out,
                          pb_error_t *err) PB_MUSTCHECK;

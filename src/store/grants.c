@@ -111,11 +111,12 @@ void pb_grants_write(FILE *out, const pb_config_t *cfg)
               "GRANT DELETE ON postbox.outbox TO " PB_ROLE_PRODUCER ";\n",
               out);
     fputs("\n"
-          "-- relay: claims and moves outbox rows, dead-letters, purges its history, holds its shard\n"
-          "-- locks (keys in relay_lock_keys), verifies postbox.emit's signatures (emit_key)\n"
+          "-- relay: claims and moves outbox rows, dead-letters, purges its history and dead letters,\n"
+          "-- holds its shard locks (keys in relay_lock_keys), verifies postbox.emit's signatures\n"
+          "-- (emit_key)\n"
           "GRANT SELECT, UPDATE, DELETE ON postbox.outbox TO " PB_ROLE_RELAY ";\n"
           "GRANT SELECT, INSERT, DELETE ON postbox.outbox_published TO " PB_ROLE_RELAY ";\n"
-          "GRANT SELECT, INSERT ON postbox.dead_letters TO " PB_ROLE_RELAY ";\n"
+          "GRANT SELECT, INSERT, DELETE ON postbox.dead_letters TO " PB_ROLE_RELAY ";\n"
           "GRANT SELECT ON postbox.schema_migrations, postbox.emit_key, postbox.relay_lock_keys TO " PB_ROLE_RELAY ";\n"
           "GRANT EXECUTE ON FUNCTION postbox.emit_drain_marker(text) TO " PB_ROLE_RELAY ";\n",
           out);
@@ -146,7 +147,7 @@ void pb_grants_write(FILE *out, const pb_config_t *cfg)
           "-- last sequence number handled per aggregate\n"
           "GRANT SELECT, INSERT, UPDATE, DELETE ON postbox.inbox, postbox.inbox_failures TO " PB_ROLE_CONSUMER ";\n"
           "GRANT SELECT, INSERT, UPDATE ON postbox.inbox_sequences TO " PB_ROLE_CONSUMER ";\n"
-          "GRANT SELECT, INSERT ON postbox.inbox_dead TO " PB_ROLE_CONSUMER ";\n"
+          "GRANT SELECT, INSERT, DELETE ON postbox.inbox_dead TO " PB_ROLE_CONSUMER ";\n"
           "\n"
           "-- pg_logical_emit_message is executable by PUBLIC unless revoked (a superuser's\n"
           "-- `postbox init` does it); for the cdc capture, run as a superuser:\n",

@@ -57,29 +57,67 @@ static const char purge_inbox_sql[] =
     "      purged_before = greatest(s.purged_before, EXCLUDED.purged_before)) "
     "SELECT count(*) FROM gone";
 
+/* Dead letters: the first rule whose LIKE pattern matches the type gives the row's age
+ * ($3 patterns, $4 ages in ms, in rule order), else the default ($2); age 0 keeps the row.
+ * $1 is the purge's start. Dead letters are few: no index on dead_at is needed. */
+#define DEAD_AGE(type_column)                                                                  \
+    "  LEFT JOIN LATERAL (SELECT r.age FROM unnest($3::text[], $4::bigint[]) WITH ORDINALITY"  \
+    "      AS r(pat, age, o) WHERE " type_column " LIKE r.pat ORDER BY r.o LIMIT 1) m ON true" \
+    "  WHERE coalesce(m.age, $2::bigint) > 0"                                                   \
+    "    AND d.dead_at < $1::timestamptz - coalesce(m.age, $2::bigint) * interval '1 millisecond'"
+static const char purge_dead_letters_sql[] =
+    "DELETE FROM postbox.dead_letters WHERE id IN ("
+    "  SELECT d.id FROM postbox.dead_letters d" DEAD_AGE("d.event_type")
+    "  LIMIT $5::integer)";
+static const char purge_inbox_dead_sql[] =
+    "DELETE FROM postbox.inbox_dead WHERE id IN ("
+    "  SELECT d.id FROM postbox.inbox_dead d" DEAD_AGE("d.message_type")
+    "    AND ($6::text IS NULL OR d.consumer = $6::text)"
+    "  LIMIT $5::integer)";
+
 const char *pb_purge_table(pb_purge_target_t target)
 {
-    return target == PB_PURGE_INBOX ? "inbox" : "outbox_published";
+    switch (target) {
+    case PB_PURGE_INBOX:
+        return "inbox";
+    case PB_PURGE_DEAD_LETTERS:
+        return "dead_letters";
+    case PB_PURGE_INBOX_DEAD:
+        return "inbox_dead";
+    case PB_PURGE_OUTBOX:
+        break;
+    }
+    return "outbox_published";
+}
+
+static bool dead_target(pb_purge_target_t target)
+{
+    return target == PB_PURGE_DEAD_LETTERS || target == PB_PURGE_INBOX_DEAD;
 }
 
 pb_status_t pb_purge_begin(pb_purge_t *p, PGconn *conn, pb_purge_target_t target,
-                           int64_t older_than_ms, const char *consumer, int batch, pb_error_t *err)
+                           int64_t older_than_ms, const pb_retention_rules_t *rules,
+                           const char *consumer, int batch, pb_error_t *err)
 {
     memset(p, 0, sizeof *p);
     p->conn = conn;
     p->target = target;
     p->consumer = consumer;
+    p->older_than_ms = older_than_ms;
+    p->rules = dead_target(target) ? rules : NULL;
     p->batch = batch > 0 ? batch : PB_PURGE_DEFAULT_BATCH;
     char ms[24];
     snprintf(ms, sizeof ms, "%lld", (long long)older_than_ms);
     const char *params[1] = {ms};
     PGresult *res = PQexecParams(conn,
-                                 "SELECT (now() - $1::bigint * interval '1 millisecond')::text",
+                                 "SELECT (now() - $1::bigint * interval '1 millisecond')::text, "
+                                 "now()::text",
                                  1, NULL, params, NULL, NULL, 0);
     pb_status_t st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "purge cutoff", err);
     if (st != PB_OK)
         return st;
     snprintf(p->cutoff, sizeof p->cutoff, "%s", PQgetvalue(res, 0, 0));
+    snprintf(p->asof, sizeof p->asof, "%s", PQgetvalue(res, 0, 1));
     PQclear(res);
     return PB_OK;
 }
@@ -89,13 +127,23 @@ pb_status_t pb_purge_step(pb_purge_t *p, uint64_t *rows, pb_error_t *err)
     *rows = 0;
     if (p->done)
         return PB_OK;
-    char batch[16];
+    char batch[16], age[24];
     snprintf(batch, sizeof batch, "%d", p->batch);
-    const char *params[3] = {p->cutoff, batch, p->consumer};
+    snprintf(age, sizeof age, "%lld", (long long)p->older_than_ms);
     bool inbox = p->target == PB_PURGE_INBOX;
     int64_t t0 = pb_wall_us();
-    PGresult *res = PQexecParams(p->conn, inbox ? purge_inbox_sql : purge_outbox_sql,
-                                 inbox ? 3 : 2, NULL, params, NULL, NULL, 0);
+    PGresult *res;
+    if (dead_target(p->target)) {
+        bool consumer = p->target == PB_PURGE_INBOX_DEAD, rules = p->rules && p->rules->n;
+        const char *params[6] = {p->asof, age, rules ? p->rules->like.data : "{}",
+                                 rules ? p->rules->ages.data : "{}", batch, p->consumer};
+        res = PQexecParams(p->conn, consumer ? purge_inbox_dead_sql : purge_dead_letters_sql,
+                           consumer ? 6 : 5, NULL, params, NULL, NULL, 0);
+    } else {
+        const char *params[3] = {p->cutoff, batch, p->consumer};
+        res = PQexecParams(p->conn, inbox ? purge_inbox_sql : purge_outbox_sql, inbox ? 3 : 2,
+                           NULL, params, NULL, NULL, 0);
+    }
     pb_status_t st = pb_pg_check(p->conn, res, inbox ? PGRES_TUPLES_OK : PGRES_COMMAND_OK,
                                  "purge", err);
     if (st != PB_OK)

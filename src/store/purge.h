@@ -6,7 +6,9 @@
  * outbox_published_at). Inbox: rows received before the cutoff that were processed, or that
  * were never processed and have no postbox.inbox_dead entry (a dead message keeps its inbox row
  * so that a redelivery is not handled again: `postbox dlq --inbox` replays or drops it). Dead
- * letters are never purged by age.
+ * letters (postbox.dead_letters, postbox.inbox_dead): rows dead before the cutoff, the age
+ * taken per event type from retention rules (store/retention_rules.h) where one matches; once a
+ * dead inbox message's entry is gone, its inbox row goes with the next inbox purge.
  *
  * Usage: pb_purge_begin fixes the cutoff (now() - older_than on the server's clock), then
  * pb_purge_step deletes one batch per call until *done: callers interleave other work (the
@@ -19,18 +21,24 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "store/retention_rules.h"
 
 #define PB_PURGE_DEFAULT_BATCH 5000
 
 typedef enum pb_purge_target {
     PB_PURGE_OUTBOX = 0,
     PB_PURGE_INBOX,
+    PB_PURGE_DEAD_LETTERS, /* the relay's: postbox.dead_letters */
+    PB_PURGE_INBOX_DEAD,   /* the consumers': postbox.inbox_dead */
 } pb_purge_target_t;
 
 typedef struct pb_purge {
     PGconn *conn; /* borrowed; must be outside any transaction */
     pb_purge_target_t target;
-    char cutoff[64];      /* timestamptz text */
+    char cutoff[64];      /* timestamptz text: now() - older_than, on the server's clock */
+    char asof[64];        /* now() at the start: dead letters' ages count from it */
+    int64_t older_than_ms;
+    const pb_retention_rules_t *rules; /* dead letters: per-type ages (borrowed); NULL: none */
     const char *consumer; /* inbox: only this consumer's rows (borrowed); NULL: every consumer */
     int batch;
     uint64_t deleted;      /* rows so far */
@@ -39,14 +47,17 @@ typedef struct pb_purge {
     bool done;
 } pb_purge_t;
 
-/* Fixes the cutoff. older_than_ms > 0; batch 0 means PB_PURGE_DEFAULT_BATCH. */
+/* Fixes the cutoff. older_than_ms >= 0 (0 only for dead letters with rules: the types no rule
+ * names are kept); batch 0 means PB_PURGE_DEFAULT_BATCH; rules only for the dead-letter
+ * targets (NULL: older_than_ms for every type). */
 pb_status_t pb_purge_begin(pb_purge_t *p, PGconn *conn, pb_purge_target_t target,
-                           int64_t older_than_ms, const char *consumer, int batch,
-                           pb_error_t *err) PB_MUSTCHECK;
+                           int64_t older_than_ms, const pb_retention_rules_t *rules,
+                           const char *consumer, int batch, pb_error_t *err) PB_MUSTCHECK;
 
 /* Deletes one batch (one transaction); sets p->done when fewer than batch rows were left. */
 pb_status_t pb_purge_step(pb_purge_t *p, uint64_t *rows, pb_error_t *err) PB_MUSTCHECK;
 
-const char *pb_purge_table(pb_purge_target_t target); /* "outbox_published" | "inbox" */
+/* "outbox_published" | "inbox" | "dead_letters" | "inbox_dead" */
+const char *pb_purge_table(pb_purge_target_t target);
 
 #endif
