@@ -145,7 +145,9 @@ static int badness(pb_outcome_t o)
     }
 }
 
-/* Gives every event of the relay's batch that was sent the worst result of its copies. */
+/* Gives every event of the relay's batch that was sent the worst result of its copies. Both
+ * copies carry the event's id, so a sink that finds a failed message by its id (an AMQP
+ * basic.return) may put the failure down to the other copy: the event's result is the same. */
 static void merge_results(shadow_sink_t *s, pb_sink_batch_t *b)
 {
     for (size_t k = 0; k < s->n; k++) {
