@@ -1,6 +1,5 @@
 #include "relay/shadow_rules.h"
 
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -139,33 +138,23 @@ static pb_status_t parse_rule(char *rule, pb_shadow_rule_t *out, pb_error_t *err
 pb_status_t pb_shadow_rules_parse(const char *text, pb_shadow_rules_t *out, pb_error_t *err)
 {
     memset(out, 0, sizeof *out);
-    char *copy = pb_strdup(text ? text : "");
-    pb_status_t st = PB_OK;
-    for (char *item = copy; item && st == PB_OK;) {
-        char *comma = strchr(item, ',');
-        if (comma)
-            *comma = '\0';
-        item += strspn(item, SPACES);
-        size_t len = strlen(item);
-        while (len && strchr(SPACES, item[len - 1]))
-            item[--len] = '\0';
-        if (len == 0) {
-            if (comma || out->n)
-                st = pb_fail(err, PB_FATAL, "relay.shadow: empty rule (two commas in a row, or "
-                                            "one at an end)");
-        } else {
-            out->rules = pb_realloc(out->rules, (out->n + 1) * sizeof *out->rules);
-            memset(&out->rules[out->n], 0, sizeof out->rules[out->n]);
-            st = parse_rule(item, &out->rules[out->n], err);
-            if (st == PB_OK)
-                out->n++;
+    const char *p = text ? text : "", *item;
+    size_t len;
+    while (pb_list_next(&p, &item, &len)) {
+        char *rule = pb_malloc(len + 1);
+        memcpy(rule, item, len);
+        rule[len] = '\0';
+        out->rules = pb_realloc(out->rules, (out->n + 1) * sizeof *out->rules);
+        memset(&out->rules[out->n], 0, sizeof out->rules[out->n]);
+        pb_status_t st = parse_rule(rule, &out->rules[out->n], err);
+        free(rule);
+        if (st != PB_OK) {
+            pb_shadow_rules_free(out);
+            return st;
         }
-        item = comma ? comma + 1 : NULL;
+        out->n++;
     }
-    free(copy);
-    if (st != PB_OK)
-        pb_shadow_rules_free(out);
-    return st;
+    return PB_OK;
 }
 
 pb_status_t pb_shadow_rules_check(const char *text, pb_error_t *err)

@@ -108,41 +108,29 @@ void pb_shadow_opts_free(pb_shadow_opts_t *opts)
 
 pb_status_t pb_shadow_fields_parse(const char *text, pb_shadow_opts_t *opts, pb_error_t *err)
 {
-    const char *list = text && *text ? text : "body";
-    char *copy = pb_strdup(list);
-    pb_status_t st = PB_OK;
-    for (char *item = copy; item && st == PB_OK;) {
-        char *comma = strchr(item, ',');
-        if (comma)
-            *comma = '\0';
-        item += strspn(item, " \t");
-        size_t len = strlen(item);
-        while (len && (item[len - 1] == ' ' || item[len - 1] == '\t'))
-            item[--len] = '\0';
-        if (!len) {
-            st = pb_fail(err, PB_FATAL, "--fields \"%s\": an empty field (two commas in a row, or "
-                                        "one at an end)", list);
-            break;
-        }
-        char *eq = strchr(item, '=');
+    const char *p = text && *text ? text : "body", *item;
+    size_t len;
+    while (pb_list_next(&p, &item, &len)) {
+        char *spec = pb_malloc(len + 1);
+        memcpy(spec, item, len);
+        spec[len] = '\0';
+        char *eq = strchr(spec, '=');
         if (eq)
             *eq = '\0';
         pb_shadow_field_t f;
-        memset(&f, 0, sizeof f);
-        st = pb_shadow_spec_parse(item, "--fields", &f.legacy, err);
-        if (st == PB_OK)
-            st = pb_shadow_spec_parse(eq ? eq + 1 : item, "--fields", &f.ours, err);
-        if (st == PB_OK) {
-            opts->fields = pb_realloc(opts->fields, (opts->n_fields + 1) * sizeof *opts->fields);
-            opts->fields[opts->n_fields++] = f;
-        } else {
+        pb_status_t st = pb_shadow_spec_parse(spec, "--fields", &f.legacy, err);
+        if (st == PB_OK && (st = pb_shadow_spec_parse(eq ? eq + 1 : spec, "--fields", &f.ours,
+                                                      err)) != PB_OK)
             spec_free(&f.legacy);
-            spec_free(&f.ours);
-        }
-        item = comma ? comma + 1 : NULL;
+        free(spec);
+        if (st != PB_OK)
+            return st;
+        opts->fields = pb_realloc(opts->fields, (opts->n_fields + 1) * sizeof *opts->fields);
+        opts->fields[opts->n_fields++] = f;
     }
-    free(copy);
-    return st;
+    if (opts->n_fields == 0)
+        return pb_fail(err, PB_FATAL, "--fields \"%s\": no field named", text);
+    return PB_OK;
 }
 
 /* ---- values -------------------------------------------------------------------------------- */

@@ -39,6 +39,29 @@ static char *text_of(const pb_shadow_report_t *rep)
     return buf;
 }
 
+/* The --json report parsed back. */
+static json_t *json_of(const pb_shadow_report_t *rep)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    pb_shadow_report_write_json(rep, "amqp:l", "redis:o", f);
+    fclose(f);
+    json_t *j = json_loads(buf, 0, NULL);
+    free(buf);
+    assert_non_null(j);
+    return j;
+}
+
+static void release(pb_shadow_msgs_t *legacy, pb_shadow_msgs_t *ours, pb_shadow_opts_t *o,
+                    pb_shadow_report_t *rep)
+{
+    pb_shadow_report_free(rep);
+    pb_shadow_opts_free(o);
+    pb_shadow_msgs_free(legacy);
+    pb_shadow_msgs_free(ours);
+}
+
 static void reports_missing_extra_differing(void **state)
 {
     (void)state;
@@ -70,10 +93,7 @@ static void reports_missing_extra_differing(void **state)
                         "summary: legacy 3, ours 4, equal 1, missing 1, extra 1, differing 1, "
                         "unkeyed 0 (duplicates not compared: legacy 0, ours 1): different\n");
     free(text);
-    pb_shadow_report_free(&rep);
-    pb_shadow_opts_free(&o);
-    pb_shadow_msgs_free(&legacy);
-    pb_shadow_msgs_free(&ours);
+    release(&legacy, &ours, &o, &rep);
 }
 
 static void equal_sides(void **state)
@@ -89,10 +109,7 @@ static void equal_sides(void **state)
     assert_true(pb_shadow_report_equal(&rep));
     assert_int_equal(rep.equal, 1);
     assert_int_equal(rep.n_diffs, 0);
-    pb_shadow_report_free(&rep);
-    pb_shadow_opts_free(&o);
-    pb_shadow_msgs_free(&legacy);
-    pb_shadow_msgs_free(&ours);
+    release(&legacy, &ours, &o, &rep);
 }
 
 static void fields_named_differently_and_unkeyed(void **state)
@@ -118,12 +135,7 @@ static void fields_named_differently_and_unkeyed(void **state)
     free(text);
 
     /* --json: one object, the differences in it */
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    pb_shadow_report_write_json(&rep, "amqp:l", "amqp:o", f);
-    fclose(f);
-    json_t *j = json_loads(buf, 0, NULL);
+    json_t *j = json_of(&rep);
     assert_non_null(j);
     assert_false(json_is_true(json_object_get(j, "same")));
     assert_int_equal(json_integer_value(json_object_get(j, "unkeyed")), 1);
@@ -131,11 +143,7 @@ static void fields_named_differently_and_unkeyed(void **state)
     assert_string_equal(json_string_value(json_object_get(d, "kind")), "unkeyed");
     assert_string_equal(json_string_value(json_object_get(d, "side")), "legacy");
     json_decref(j);
-    free(buf);
-    pb_shadow_report_free(&rep);
-    pb_shadow_opts_free(&o);
-    pb_shadow_msgs_free(&legacy);
-    pb_shadow_msgs_free(&ours);
+    release(&legacy, &ours, &o, &rep);
 }
 
 static void differing_json_report(void **state)
@@ -153,23 +161,14 @@ static void differing_json_report(void **state)
     char *text = text_of(&rep);
     assert_non_null(strstr(text, "differs   a: /v legacy 1, ours 2; /w legacy \"x\", ours absent\n"));
     free(text);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    pb_shadow_report_write_json(&rep, "amqp:l", "redis:o", f);
-    fclose(f);
-    json_t *j = json_loads(buf, 0, NULL);
+    json_t *j = json_of(&rep);
     json_t *fields = json_object_get(json_array_get(json_object_get(j, "differences"), 0), "fields");
     assert_int_equal(json_array_size(fields), 2);
     json_t *w = json_array_get(fields, 1);
     assert_string_equal(json_string_value(json_object_get(w, "field")), "/w");
     assert_true(json_is_null(json_object_get(w, "ours")));
     json_decref(j);
-    free(buf);
-    pb_shadow_report_free(&rep);
-    pb_shadow_opts_free(&o);
-    pb_shadow_msgs_free(&legacy);
-    pb_shadow_msgs_free(&ours);
+    release(&legacy, &ours, &o, &rep);
 }
 
 static void values_and_pointers(void **state)
@@ -220,8 +219,8 @@ static void refuses_bad_specs(void **state)
     assert_int_equal(pb_shadow_spec_parse("/a~2", "--key", &sp, &err), PB_FATAL);
     assert_non_null(strstr(err.msg, "RFC 6901"));
     pb_shadow_opts_t o = {0};
-    assert_int_equal(pb_shadow_fields_parse("/a,,/b", &o, &err), PB_FATAL);
-    assert_non_null(strstr(err.msg, "empty field"));
+    assert_int_equal(pb_shadow_fields_parse(" , ", &o, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "no field named"));
     pb_shadow_opts_free(&o);
     assert_int_equal(pb_shadow_fields_parse("/a,total", &o, &err), PB_FATAL);
     assert_non_null(strstr(err.msg, "\"total\""));
