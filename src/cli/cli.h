@@ -20,7 +20,7 @@ typedef struct pb_cli {
     bool print_grants;           /* init --print-grants */
     const char *subcommand;      /* second word, for commands that have them (cdc drop-slot) */
     volatile sig_atomic_t *stop; /* set by SIGTERM / SIGINT */
-    char **args;                 /* status, dlq, purge, demo: the command's own arguments */
+    char **args;                 /* status, dlq, purge, demo, shadow: the command's own arguments */
     int n_args;
 } pb_cli_t;
 
@@ -32,5 +32,6 @@ int pb_cmd_dlq(pb_cli_t *cli);
 int pb_cmd_purge(pb_cli_t *cli);
 int pb_cmd_cdc(pb_cli_t *cli);
 int pb_cmd_demo(pb_cli_t *cli);
+int pb_cmd_shadow(pb_cli_t *cli);
 
 #endif

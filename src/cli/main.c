@@ -77,6 +77,16 @@ static void usage(FILE *out)
           "                  scripts/services); prints progress and a summary, exit 1 when an\n"
           "                  order took effect twice, never, or out of order (the children's\n"
           "                  configuration and logs are kept then, or with --keep)\n"
+          "  shadow compare --legacy SRC --ours SRC --key SPEC [--fields SPEC,...] [--json]\n"
+          "                  read a legacy publisher's queue or stream and postbox's shadow\n"
+          "                  copies (relay.shadow) without consuming them (SRC: amqp:QUEUE or\n"
+          "                  redis:STREAM), match them by SPEC (body, a JSON pointer such as\n"
+          "                  /order_id, or header:NAME; --legacy-key/--ours-key when the sides\n"
+          "                  differ) and compare the fields (default body; LEGACY=OURS when\n"
+          "                  named differently); one line per missing, extra or differing\n"
+          "                  event, then a summary; exit 0 same, 1 different, 2 error;\n"
+          "                  --body-field F (Redis: the field holding the body, default\n"
+          "                  payload), --limit N (messages per side, default 1000000)\n"
           "  config          print the effective configuration (secrets hidden)\n"
           "      --reference list every option with its default, environment variable and meaning\n"
           "      --sample    print a commented INI file with every option at its default\n"
@@ -112,7 +122,8 @@ static int apply_setting(pb_config_t *cfg, const char *name, const char *value)
 static bool has_own_args(const char *command)
 {
     return strcmp(command, "status") == 0 || strcmp(command, "dlq") == 0 ||
-           strcmp(command, "purge") == 0 || strcmp(command, "demo") == 0;
+           strcmp(command, "purge") == 0 || strcmp(command, "demo") == 0 ||
+           strcmp(command, "shadow") == 0;
 }
 
 int main(int argc, char **argv)
@@ -243,6 +254,8 @@ int main(int argc, char **argv)
         rc = pb_cmd_purge(&cli);
     } else if (strcmp(command, "demo") == 0) {
         rc = pb_cmd_demo(&cli);
+    } else if (strcmp(command, "shadow") == 0) {
+        rc = pb_cmd_shadow(&cli);
     } else if (strcmp(command, "config") == 0) {
         if (cli.reference)
             pb_config_write_reference(stdout);

@@ -5,6 +5,7 @@
 #include "metrics/service.h"
 #include "relay/capture.h"
 #include "relay/driver.h"
+#include "relay/shadow_sink.h"
 #include "sink/sink.h"
 
 pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
@@ -15,6 +16,8 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
     pb_ops_t *ops = NULL; /* /metrics, /healthz, /readyz; backlog sampling and retention purge */
     bool cdc = strcmp(cfg->relay_capture, "cdc") == 0;
     pb_status_t st = pb_sink_new(cfg, &snk, err);
+    if (st == PB_OK)
+        st = pb_shadow_sink_wrap(cfg, &snk, err); /* relay.shadow: a second destination */
     if (st == PB_OK)
         st = cdc ? pb_capture_cdc_new(cfg, stop, &cap, err)
                  : pb_capture_poll_new(cfg, stop, &cap, err);
