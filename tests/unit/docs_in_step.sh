@@ -24,7 +24,7 @@ fi
 "$bin" -c "$src/deploy/postbox.ini" config >/dev/null
 
 # every command the binary knows is documented in --help and the README
-for cmd in init relay consume status dlq purge demo config; do
+for cmd in init check relay consume status dlq purge demo config; do
     "$bin" --help | grep -q "^  $cmd " || { echo "FAIL: --help does not list $cmd" >&2; exit 1; }
     grep -q "postbox.* $cmd" "$src/README.md" || { echo "FAIL: README does not show $cmd" >&2; exit 1; }
 done
