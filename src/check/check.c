@@ -13,6 +13,7 @@
 
 /* ---- the report ------------------------------------------------------------------------------ */
 
+static char *vformat(const char *fmt, va_list ap) PB_PRINTF(1, 0);
 static char *vformat(const char *fmt, va_list ap)
 {
     char buf[1024];
