@@ -7,7 +7,7 @@
 #   postbox_consumer, the database unreachable, the clock of this host 30 s ahead (faketime),
 #   RabbitMQ at a closed port, a refused password, a missing exchange that is not to be declared,
 #   a queue declared without the bound the consumer declares (amqp.queue_message_ttl);
-#   the relay's start-up check logs a problem as a warning and the relay still works.
+#   the start-up checks of the relay and the consumer log a problem as a warning, and they work.
 source "$(dirname "$0")/lib.sh"
 
 pb_init
@@ -147,3 +147,16 @@ grep -v '^====' "$PB_RELAY_LOG" |
         >/dev/null || { grep -v '^====' "$PB_RELAY_LOG" | head -5 >&2; fail "(start-up) no warning about the dropped index"; }
 [[ $(published_count) == 10 ]] || fail "(start-up) published $(published_count) of 10"
 say "(start-up) $(grep -v '^====' "$PB_RELAY_LOG" | jq -r 'select(.check == "schema.index") | .msg' | cut -c1-160)"
+
+# ---- the consumer's start-up check: a warning, and it consumes ------------------------------------
+psql_q "REVOKE SELECT ON postbox.inbox_dead FROM postbox_consumer"
+start_consumer --set consume.handler="$HANDLER"
+wait_until 'grep -q "consuming queue" "$CONSUMER_LOG"' 30 || fail "(consumer start-up) the consumer did not start: $(tail -5 "$CONSUMER_LOG")"
+grep -q 'warn  consume: start-up check: role "pb_it_consumer" lacks SELECT on postbox.inbox_dead' "$CONSUMER_LOG" ||
+    fail "(consumer start-up) no warning about the revoked grant: $(head -5 "$CONSUMER_LOG")"
+publish order.created.v1 "m-$$" order.created.v1 '{"n": 1}'
+wait_until '[[ $(psql_q "SELECT count(*) FROM postbox.inbox WHERE message_id = '"'m-$$'"'") == 1 ]]' 30 ||
+    fail "(consumer start-up) the message was not handled"
+stop_consumer
+psql_q "GRANT SELECT ON postbox.inbox_dead TO postbox_consumer"
+say "(consumer start-up) $(grep -m1 'start-up check: role' "$CONSUMER_LOG" | sed 's/^.*warn  //' | cut -c1-140)"
