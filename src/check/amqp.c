@@ -32,8 +32,8 @@ static bool reopen(amqp_check_t *a, const char *name)
     return false;
 }
 
-/* A passive declare; false with a finding when the answer is neither "exists" nor "not found",
- * or the channel cannot be had again. */
+/* A passive declare: true with *found when the answer is "exists" or "not found"; false with a
+ * finding otherwise (refused, the connection lost), and the checks of this broker stop there. */
 static bool exists(amqp_check_t *a, const char *name, const char *kind, const char *obj,
                    bool *found)
 {
@@ -51,10 +51,10 @@ static bool exists(amqp_check_t *a, const char *name, const char *kind, const ch
                          obj, a->url.vhost, buf);
         pb_check_hint(f, "give the user configure, write and read permissions on the vhost "
                          "(rabbitmqctl set_permissions)");
-        return reopen(a, name);
+        return false;
     }
     pb_check_add(a->ctx->r, PB_CHECK_FAIL, name, "rabbitmq at %s: %s", a->where, buf);
-    return code > 0 && reopen(a, name);
+    return false;
 }
 
 static bool check_exchange(amqp_check_t *a)
