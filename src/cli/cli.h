@@ -20,11 +20,12 @@ typedef struct pb_cli {
     bool print_grants;           /* init --print-grants */
     const char *subcommand;      /* second word, for commands that have them (cdc drop-slot) */
     volatile sig_atomic_t *stop; /* set by SIGTERM / SIGINT */
-    char **args;                 /* status, dlq, purge, demo, shadow: the command's own arguments */
+    char **args;                 /* status, dlq, purge, demo, shadow, init, check: own args */
     int n_args;
 } pb_cli_t;
 
 int pb_cmd_init(pb_cli_t *cli);
+int pb_cmd_check(pb_cli_t *cli);
 int pb_cmd_relay(pb_cli_t *cli);
 int pb_cmd_consume(pb_cli_t *cli);
 int pb_cmd_status(pb_cli_t *cli);

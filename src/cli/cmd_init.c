@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "common/log.h"
 #include "store/grants.h"
@@ -31,12 +32,118 @@ static void report_emit_lock(pb_emit_lock_t lock, const char *capture)
                          "(matters for relay.capture = cdc; see `postbox init --print-grants`)");
 }
 
+typedef struct init_args {
+    bool print_sql, from_scratch;
+    int64_t mark_applied; /* -1: not asked */
+} init_args_t;
+
+static int parse_args(const pb_cli_t *cli, init_args_t *a)
+{
+    *a = (init_args_t){.mark_applied = -1};
+    for (int i = 0; i < cli->n_args; i++) {
+        const char *v;
+        if (strcmp(cli->args[i], "--print-sql") == 0) {
+            a->print_sql = true;
+        } else if (strcmp(cli->args[i], "--from-scratch") == 0) {
+            a->from_scratch = true;
+        } else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--mark-applied"))) {
+            if (!*v || !pb_args_count(v, &a->mark_applied) || a->mark_applied > 1000000) {
+                if (*v)
+                    pb_args_error("postbox init: --mark-applied \"%s\": expected a schema version "
+                                  "number", v);
+                return PB_EXIT_USAGE;
+            }
+        } else {
+            pb_args_error("postbox init: unknown argument \"%s\" (see postbox --help)",
+                          cli->args[i]);
+            return PB_EXIT_USAGE;
+        }
+    }
+    if (a->from_scratch && !a->print_sql) {
+        pb_args_error("postbox init: --from-scratch goes with --print-sql");
+        return PB_EXIT_USAGE;
+    }
+    if (a->print_sql + (a->mark_applied >= 0) + cli->print_grants > 1) {
+        pb_args_error("postbox init: --print-sql, --mark-applied and --print-grants exclude each "
+                      "other");
+        return PB_EXIT_USAGE;
+    }
+    return PB_EXIT_OK;
+}
+
+/* --print-sql: the migrations the configured database lacks (all of them with --from-scratch,
+ * which asks no database) as one script. */
+static int print_sql(const pb_cli_t *cli, bool from_scratch)
+{
+    int version = 0;
+    if (!from_scratch) {
+        pb_error_t err;
+        PGconn *conn;
+        if (pb_pg_connect(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {
+            log_error("init", "cannot connect to postgresql: %s (--from-scratch prints every "
+                              "migration without asking a database)", err.msg);
+            return PB_EXIT_FAILURE;
+        }
+        bool present;
+        pb_status_t st = pb_migrate_version(conn, &present, &version, &err);
+        PQfinish(conn);
+        if (st != PB_OK) {
+            log_error("init", "%s", err.msg);
+            return PB_EXIT_FAILURE;
+        }
+        if (version > pb_migrate_latest()) {
+            log_error("init", "database schema postbox is at version %d, newer than this postbox "
+                              "knows (%d): upgrade postbox", version, pb_migrate_latest());
+            return PB_EXIT_FAILURE;
+        }
+    }
+    pb_migrate_write_sql(stdout, version, (int)cli->cfg.relay_shards);
+    return fflush(stdout) == 0 ? PB_EXIT_OK : PB_EXIT_FAILURE;
+}
+
+static int mark_applied(const pb_cli_t *cli, int version)
+{
+    pb_error_t err;
+    if (!pb_migrate_find(version)) {
+        pb_args_error("postbox init: --mark-applied %d: this postbox has no migration %d (its "
+                      "versions go from 1 to %d)", version, version, pb_migrate_latest());
+        return PB_EXIT_USAGE;
+    }
+    PGconn *conn;
+    if (pb_pg_connect(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {
+        log_error("init", "cannot connect to postgresql: %s", err.msg);
+        return PB_EXIT_FAILURE;
+    }
+    int marked;
+    pb_status_t st = pb_migrate_mark_applied(conn, version, &marked, &err);
+    bool present = false;
+    int now = 0;
+    if (st == PB_OK)
+        st = pb_migrate_version(conn, &present, &now, &err);
+    PQfinish(conn);
+    if (st != PB_OK) {
+        log_error("init", "%s", err.msg);
+        return PB_EXIT_FAILURE;
+    }
+    printf("schema postbox at version %d (marked %d migration%s as applied, none run)\n", now,
+           marked, marked == 1 ? "" : "s");
+    return PB_EXIT_OK;
+}
+
 int pb_cmd_init(pb_cli_t *cli)
 {
+    init_args_t a;
+    int rc = parse_args(cli, &a);
+    if (rc != PB_EXIT_OK)
+        return rc;
     if (cli->print_grants) {
         pb_grants_write(stdout, &cli->cfg);
         return PB_EXIT_OK;
     }
+    if (a.print_sql)
+        return print_sql(cli, a.from_scratch);
+    if (a.mark_applied >= 0)
+        return mark_applied(cli, (int)a.mark_applied);
     pb_error_t err;
     PGconn *conn;
     if (pb_pg_connect(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {

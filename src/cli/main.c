@@ -40,6 +40,19 @@ static void usage(FILE *out)
           "  init            create or upgrade the postbox schema (idempotent)\n"
           "      --print-grants  print the SQL of the least-privilege roles postbox_producer,\n"
           "                  postbox_relay and postbox_consumer instead (see README)\n"
+          "      --print-sql [--from-scratch]  print the migrations the database lacks (all of\n"
+          "                  them with --from-scratch, which asks no database) as one SQL script\n"
+          "                  for review; it records what it applies, as init does\n"
+          "      --mark-applied VERSION  record the migrations up to VERSION as applied\n"
+          "                  without running them (applied by hand)\n"
+          "  check           preflight: PostgreSQL version, clock skew, schema version, indexes,\n"
+          "                  the role's privileges, cdc settings, slot and replica identity, the\n"
+          "                  broker (reachable, credentials, exchange/stream/queue and its bound);\n"
+          "                  one line per problem with a hint, exit 1 when one fails\n"
+          "      --relay, --consume  check for this side only (default: the relay, and the\n"
+          "                  consumer when a handler is configured)\n"
+          "      --json      one JSON object; --all also lists what passed; --strict fails on\n"
+          "                  warnings too\n"
           "  relay           publish committed events until SIGTERM/SIGINT (the batch in flight\n"
           "                  is finished first, exit 0)\n"
           "      --drain     exit 0 once no pending event is left (cdc: once the stream has\n"
@@ -123,7 +136,8 @@ static bool has_own_args(const char *command)
 {
     return strcmp(command, "status") == 0 || strcmp(command, "dlq") == 0 ||
            strcmp(command, "purge") == 0 || strcmp(command, "demo") == 0 ||
-           strcmp(command, "shadow") == 0;
+           strcmp(command, "shadow") == 0 || strcmp(command, "init") == 0 ||
+           strcmp(command, "check") == 0;
 }
 
 int main(int argc, char **argv)
@@ -240,6 +254,8 @@ int main(int argc, char **argv)
 
     if (strcmp(command, "init") == 0) {
         rc = pb_cmd_init(&cli);
+    } else if (strcmp(command, "check") == 0) {
+        rc = pb_cmd_check(&cli);
     } else if (strcmp(command, "relay") == 0) {
         rc = pb_cmd_relay(&cli);
     } else if (strcmp(command, "consume") == 0) {

@@ -227,6 +227,11 @@ pb_status_t pb_preflight(pb_config_t *cfg, const char *command, pb_error_t *err)
                          : strcmp(command, "consume") == 0 || strcmp(command, "dlq") == 0
                              ? cfg->consume_source
                              : "";
-    warn_broker_tls(cfg, strcmp(broker, "amqp") == 0, strcmp(broker, "nats") == 0);
+    if (strcmp(command, "check") == 0) /* it connects to both */
+        warn_broker_tls(cfg,
+                        strcmp(cfg->relay_sink, "amqp") == 0 || strcmp(cfg->consume_source, "amqp") == 0,
+                        strcmp(cfg->relay_sink, "nats") == 0 || strcmp(cfg->consume_source, "nats") == 0);
+    else
+        warn_broker_tls(cfg, strcmp(broker, "amqp") == 0, strcmp(broker, "nats") == 0);
     return PB_OK;
 }

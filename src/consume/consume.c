@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check/check.h"
 #include "common/log.h"
 #include "consume/driver.h"
 #include "consume/subscription.h"
@@ -117,6 +118,7 @@ pb_status_t pb_consume_run(const pb_config_t *cfg, const pb_consume_opts_t *opts
             *opts->config_error = true;
         return st;
     }
+    pb_check_at_start(cfg, PB_CHECK_CONSUME, FAC); /* what `postbox check` finds, as warnings */
     pg_inbox_t inbox = {.cfg = cfg, .wait_for_gaps = check_ordering(cfg, src)};
     pb_ops_t *ops; /* /metrics, /healthz, /readyz; inbox retention purge */
     if ((st = pb_ops_start(cfg, "consume", &ops, err)) == PB_OK) {

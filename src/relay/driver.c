@@ -18,6 +18,7 @@
 #define KEEPALIVE_MS 500
 #define UNFIT_LOG_INTERVAL_MS 10000 /* values dropped as unfit for a [mask] rule: one record */
 #define REASON_MAX (sizeof ((pb_result_t *)0)->error + 64)
+#define FAILURE_REASONS 3 /* distinct reasons a failed batch's warning names */
 
 typedef struct driver {
     const pb_config_t *cfg;
@@ -235,6 +236,69 @@ static void report_published(driver_t *d)
     d->n_unreported = 0;
 }
 
+/* The failures of one round of a batch, for its one warning: how many, and the first distinct
+ * reasons with how often each came (an outage fails every event for the same reason). */
+typedef struct failures {
+    size_t failed, dead, other;     /* other: failures whose reason is not among the first */
+    int attempt_lo, attempt_hi;
+    size_t n_reasons;
+    struct {
+        const char *text; /* a result's error, valid until the batch is released */
+        const char *event_id;
+        size_t count;
+    } reasons[FAILURE_REASONS];
+} failures_t;
+
+static void note_failure(failures_t *f, const pb_event_t *ev, const pb_result_t *r, int attempt,
+                         bool dead)
+{
+    f->failed++;
+    f->dead += dead;
+    if (!f->attempt_lo || attempt < f->attempt_lo)
+        f->attempt_lo = attempt;
+    if (attempt > f->attempt_hi)
+        f->attempt_hi = attempt;
+    for (size_t k = 0; k < f->n_reasons; k++)
+        if (strcmp(f->reasons[k].text, r->error) == 0) {
+            f->reasons[k].count++;
+            return;
+        }
+    if (f->n_reasons == FAILURE_REASONS) {
+        f->other++;
+        return;
+    }
+    f->reasons[f->n_reasons].text = r->error;
+    f->reasons[f->n_reasons].event_id = ev->event_id ? ev->event_id : "";
+    f->reasons[f->n_reasons++].count = 1;
+}
+
+/* One warning for the failures of a round, whatever their number (each event is logged at
+ * debug level): an outage of the broker logs a line per batch, not one per event. */
+static void log_failures(const failures_t *f, size_t batch)
+{
+    if (!f->failed)
+        return;
+    pb_buf_t why = {0};
+    for (size_t k = 0; k < f->n_reasons; k++)
+        pb_buf_printf(&why, "%s%zu x %s (first: event %s)", k ? "; " : "", f->reasons[k].count,
+                      f->reasons[k].text, f->reasons[k].event_id);
+    if (f->other)
+        pb_buf_printf(&why, "; %zu more with other reasons", f->other);
+    char attempts[32];
+    if (f->attempt_lo == f->attempt_hi)
+        snprintf(attempts, sizeof attempts, "attempt %d", f->attempt_lo);
+    else
+        snprintf(attempts, sizeof attempts, "attempts %d-%d", f->attempt_lo, f->attempt_hi);
+    log_warn_f(FAC,
+               PB_FIELDS(PB_LF_NUM("failed", f->failed), PB_LF_NUM("batch", batch),
+                         PB_LF_NUM("retry", f->failed - f->dead), PB_LF_NUM("dead", f->dead),
+                         PB_LF_NUM("attempt", f->attempt_hi)),
+               "publish failed for %zu of %zu events of the batch (%zu to retry, %zu "
+               "dead-lettered; %s): %s",
+               f->failed, batch, f->failed - f->dead, f->dead, attempts, why.data);
+    pb_buf_free(&why);
+}
+
 /* Decides, per event whose outcome this round brought, between published, another attempt
  * (later, or in place) and a dead letter; counts, logs and measures the failures now and notes
  * the published ones for report_published. Returns the highest attempt number among the events
@@ -244,6 +308,7 @@ static int plan(driver_t *d, const pb_capture_batch_t *b)
     const pb_config_t *cfg = d->cfg;
     const char *sink = d->snk->ops->name;
     int worst = 0;
+    failures_t failures = {0};
     int64_t now_us = pb_wall_us(); /* the batch's confirms are in */
     for (size_t i = 0; i < b->n; i++) {
         if (d->final[i])
@@ -264,12 +329,13 @@ static int plan(driver_t *d, const pb_capture_batch_t *b)
             pb_text_copy(d->reasons[i], sizeof d->reasons[i], r->error);
             p->reason = d->reasons[i];
             pb_metrics_publish_failed(sink, ev->event_type, true);
-            log_warn_f(FAC,
-                       PB_FIELDS(PB_LF_STR("event_id", ev->event_id),
-                                 PB_LF_STR("event_type", ev->event_type),
-                                 PB_LF_NUM("attempt", attempt), PB_LF_STR("error", r->error)),
-                       "event %s (%s) can never be published: %s; dead-lettered", ev->event_id,
-                       ev->event_type, r->error);
+            log_debug_f(FAC,
+                        PB_FIELDS(PB_LF_STR("event_id", ev->event_id),
+                                  PB_LF_STR("event_type", ev->event_type),
+                                  PB_LF_NUM("attempt", attempt), PB_LF_STR("error", r->error)),
+                        "event %s (%s) can never be published: %s; dead-lettered", ev->event_id,
+                        ev->event_type, r->error);
+            note_failure(&failures, ev, r, attempt, true);
             d->dead++;
             d->final[i] = true;
             break;
@@ -291,17 +357,19 @@ static int plan(driver_t *d, const pb_capture_batch_t *b)
                     worst = attempt;
             }
             pb_metrics_publish_failed(sink, ev->event_type, p->dead);
-            log_warn_f(FAC,
-                       PB_FIELDS(PB_LF_STR("event_id", ev->event_id),
-                                 PB_LF_STR("event_type", ev->event_type),
-                                 PB_LF_NUM("attempt", attempt), PB_LF_STR("error", r->error)),
-                       "publish of event %s (%s, attempt %d) failed: %s%s", ev->event_id,
-                       ev->event_type, attempt, r->error, p->dead ? "; dead-lettered" : "");
+            log_debug_f(FAC,
+                        PB_FIELDS(PB_LF_STR("event_id", ev->event_id),
+                                  PB_LF_STR("event_type", ev->event_type),
+                                  PB_LF_NUM("attempt", attempt), PB_LF_STR("error", r->error)),
+                        "publish of event %s (%s, attempt %d) failed: %s%s", ev->event_id,
+                        ev->event_type, attempt, r->error, p->dead ? "; dead-lettered" : "");
+            note_failure(&failures, ev, r, attempt, p->dead);
             break;
         default: /* HELD, or UNTRIED (not sent): left as it is */
             break;
         }
     }
+    log_failures(&failures, b->n);
     return worst;
 }
 

@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "check/check.h"
 #include "metrics/service.h"
 #include "relay/capture.h"
 #include "relay/driver.h"
@@ -23,6 +24,8 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
                  : pb_capture_poll_new(cfg, stop, &cap, err);
     if (st != PB_OK && opts->config_error) /* the constructors only check the configuration */
         *opts->config_error = true;
+    if (st == PB_OK) /* what `postbox check` finds in the database, as warnings */
+        pb_check_at_start(cfg, PB_CHECK_RELAY, "relay");
     if (st == PB_OK)
         st = pb_ops_start(cfg, "relay", &ops, err);
     if (st == PB_OK)

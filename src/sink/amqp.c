@@ -222,7 +222,7 @@ static pb_status_t on_return(amqp_sink_t *s, batch_t *b, const amqp_basic_return
                 strcmp(ev->event_id, msgid) != 0)
                 continue;
             pb_result_set(r, PB_OUT_RETRY, reason);
-            log_warn(FAC, "event %s returned by rabbitmq: %s", msgid, reason);
+            log_debug(FAC, "event %s returned by rabbitmq: %s", msgid, reason);
             return PB_OK;
         }
     }
@@ -283,8 +283,8 @@ static pb_status_t on_channel_close(amqp_sink_t *s, batch_t *b, const amqp_chann
             const pb_event_t *ev = &b->events[s->slot_event[k]];
             pb_result_setf(&b->results[s->slot_event[k]], PB_OUT_REJECT,
                         "rabbitmq refused the message: %u %s", code, text);
-            log_warn(FAC, "event %s (%zu bytes) refused by rabbitmq: %u %s",
-                     ev->event_id ? ev->event_id : "?", ev->payload_len, code, text);
+            log_debug(FAC, "event %s (%zu bytes) refused by rabbitmq: %u %s",
+                      ev->event_id ? ev->event_id : "?", ev->payload_len, code, text);
         }
     }
     snprintf(reason, sizeof reason, "channel closed: %u %s", code, text);
@@ -614,8 +614,8 @@ static pb_status_t sink_send(pb_sink_t *snk, pb_sink_batch_t *sb, pb_error_t *er
     }
     b->pending = b->nslots;
     if (rejected)
-        log_warn(FAC, "%zu events of the batch cannot be published to rabbitmq (see their "
-                      "last_error)", rejected);
+        log_debug(FAC, "%zu events of the batch cannot be published to rabbitmq (see their "
+                       "last_error)", rejected);
     log_debug(FAC, "batch of %zu: %zu sent (tags %llu..%llu), %zu rejected before sending", n,
               b->nslots, (unsigned long long)b->first_tag,
               (unsigned long long)(b->first_tag + b->nslots - 1), rejected);

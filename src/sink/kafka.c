@@ -404,11 +404,11 @@ static pb_status_t sink_await(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *er
     }
     s->open = false;
     if (s->rejected)
-        log_warn(FAC, "%zu events of the batch refused by kafka (dead-lettered with the reason)",
-                 s->rejected);
+        log_debug(FAC, "%zu events of the batch refused by kafka (dead-lettered with the reason)",
+                  s->rejected);
     if (s->failed)
-        log_warn(FAC, "%zu of %zu events not delivered and will be retried: %s", s->failed,
-                 s->nsent, s->first_error);
+        log_debug(FAC, "%zu of %zu events not delivered and will be retried: %s", s->failed,
+                  s->nsent, s->first_error);
     if (lost) {
         pb_status_t st = pb_fail(err, PB_TRANSIENT, "kafka at %s: %zu of %zu messages without a "
                                                     "delivery report: %s", snk->cfg->kafka_brokers,

@@ -58,7 +58,7 @@
 #include "sink/nats_ack.h"
 
 #define FAC "sink.nats"
-#define SUBJECT_MAX 512
+#define SUBJECT_MAX PB_NATS_SUBJECT_MAX
 #define REPLY_MAX 96 /* "_INBOX.<22-char nuid>.<generation>.<index>" */
 #define DEFAULT_MAX_PAYLOAD (1024 * 1024)
 #define ACK_QUEUE_MIN 65536 /* nats.c's default pending limit of a subscription */
@@ -170,37 +170,6 @@ static void drop_connection(nats_sink_t *s)
     }
 }
 
-/* The subject of ev: prefix + template (or the row's destination). False when it does not fit. */
-static bool render_subject(const pb_config_t *cfg, const pb_event_t *ev, char *out, size_t n)
-{
-    size_t plen = strlen(cfg->nats_subject_prefix);
-    if (plen >= n)
-        return false;
-    memcpy(out, cfg->nats_subject_prefix, plen);
-    return pb_route_render(cfg->nats_subject, ev, out + plen, n - plen);
-}
-
-/* The configured subject template must land in the stream, else every publish would fail. */
-static pb_status_t check_coverage(nats_sink_t *s, pb_error_t *err)
-{
-    const pb_config_t *cfg = s->base.cfg;
-    pb_event_t sample = {.event_id = "00000000-0000-0000-0000-000000000000",
-                         .aggregate_type = "aggregate",
-                         .aggregate_id = "1",
-                         .event_type = "event.v1"};
-    char subj[SUBJECT_MAX];
-    if (!render_subject(cfg, &sample, subj, sizeof subj) || !pb_nats_subject_valid(subj))
-        return pb_fail(err, PB_FATAL, "nats.subject_prefix + nats.subject give the invalid "
-                                      "subject \"%s\" for a sample event", subj);
-    for (size_t i = 0; i < s->stream.nsubjects; i++)
-        if (pb_nats_subject_matches(s->stream.subjects[i], subj))
-            return PB_OK;
-    return pb_fail(err, PB_FATAL,
-                   "subject \"%s\" (nats.subject_prefix + nats.subject for a sample event) is "
-                   "not stored by %s: publishing would fail (set nats.stream_subjects or "
-                   "nats.subject_prefix)", subj, s->stream.text);
-}
-
 /* The checks that need JetStream's API: it is there, the stream is, and it stores the subjects.
  * The context serves only these requests; publishing does not use it. */
 static pb_status_t check_stream(nats_sink_t *s, pb_error_t *err)
@@ -221,7 +190,7 @@ static pb_status_t check_stream(nats_sink_t *s, pb_error_t *err)
         st = pb_nats_ensure_stream(js, s->base.cfg, FAC, &s->stream, err);
     }
     jsCtx_Destroy(js);
-    return st == PB_OK ? check_coverage(s, err) : st;
+    return st == PB_OK ? pb_nats_check_coverage(s->base.cfg, &s->stream, err) : st;
 }
 
 static void on_ack(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure);
@@ -365,7 +334,7 @@ static bool check_event(const nats_sink_t *s, const pb_event_t *ev, char *subj, 
                     (long long)limit);
         return false;
     }
-    if (!render_subject(cfg, ev, subj, SUBJECT_MAX)) {
+    if (!pb_nats_render_subject(cfg, ev, subj, SUBJECT_MAX)) {
         pb_result_setf(res, PB_OUT_REJECT, "subject longer than %d bytes", SUBJECT_MAX - 1);
         return false;
     }
@@ -475,7 +444,7 @@ static void settle(nats_sink_t *s, size_t i, const pb_puback_t *ack, natsMsg *ms
     char reason[sizeof s->results[i].error];
     if (!ack) {
         char subj[SUBJECT_MAX];
-        if (!render_subject(s->base.cfg, &s->events[i], subj, sizeof subj))
+        if (!pb_nats_render_subject(s->base.cfg, &s->events[i], subj, sizeof subj))
             subj[0] = '\0';
         snprintf(reason, sizeof reason, "no jetstream stream stores subject \"%.120s\"", subj);
         fail_event(s, i, reason);
@@ -633,7 +602,7 @@ static pb_status_t sink_send(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *err
         char subj[SUBJECT_MAX];
         natsMsg *m;
         snprintf(reply + s->reply_len, sizeof reply - s->reply_len, "%zu", i);
-        if (!render_subject(cfg, ev, subj, SUBJECT_MAX)) { /* checked by the relay (sink_check) */
+        if (!pb_nats_render_subject(cfg, ev, subj, SUBJECT_MAX)) { /* checked by the relay (sink_check) */
             pb_result_setf(res, PB_OUT_REJECT, "subject longer than %d bytes", SUBJECT_MAX - 1);
             s->rejected++;
             continue;
@@ -676,8 +645,8 @@ static pb_status_t sink_await(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *er
     if (!s->open) /* written by this thread only */
         return PB_OK;
     if (s->rejected)
-        log_warn(FAC, "%zu events of the batch cannot be published to nats (see their "
-                      "last_error)", s->rejected);
+        log_debug(FAC, "%zu events of the batch cannot be published to nats (see their "
+                       "last_error)", s->rejected);
 
     int64_t t_wait = pb_monotonic_ms();
     pthread_mutex_lock(&s->mu);
@@ -693,8 +662,8 @@ static pb_status_t sink_await(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *er
         log_info(FAC, "%zu of %zu events were already in stream \"%s\": acknowledged as "
                       "duplicates (Nats-Msg-Id), not stored again", dups, nsent, cfg->nats_stream);
     if (failed || unacked)
-        log_warn(FAC, "%zu of %zu events not acknowledged by jetstream and will be retried: %s",
-                 failed + unacked, nsent, failed ? first_error : "acknowledgement timed out");
+        log_debug(FAC, "%zu of %zu events not acknowledged by jetstream and will be retried: %s",
+                  failed + unacked, nsent, failed ? first_error : "acknowledgement timed out");
     log_debug(FAC, "batch of %zu: %zu sent in %lld ms, acks after %lld ms more; %zu duplicates, "
                    "%zu failed, %zu rejected", s->n, nsent, (long long)(s->t_sent - s->t_start),
               (long long)(pb_monotonic_ms() - t_wait), dups, failed + unacked, s->rejected);

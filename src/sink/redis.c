@@ -344,11 +344,11 @@ static pb_status_t sink_await(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *er
     s->last_used_ms = pb_monotonic_ms();
     sample_lengths(s);
     if (failed)
-        log_warn(FAC, "%zu of %zu entries refused by redis at %s: %s", failed, s->nsent,
-                 s->srv.where, first_error);
+        log_debug(FAC, "%zu of %zu entries refused by redis at %s: %s", failed, s->nsent,
+                  s->srv.where, first_error);
     if (s->rejected)
-        log_warn(FAC, "%zu events of the batch cannot be published to redis (see their "
-                      "last_error)", s->rejected);
+        log_debug(FAC, "%zu events of the batch cannot be published to redis (see their "
+                       "last_error)", s->rejected);
     return PB_OK;
 }
 

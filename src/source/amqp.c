@@ -143,66 +143,9 @@ static pb_status_t lost(amqp_source_t *s, pb_error_t *err, const char *fmt, ...)
 
 /* ---- connect -------------------------------------------------------------------------------- */
 
-static amqp_table_entry_t str_arg(const char *key, const char *value)
-{
-    amqp_table_entry_t e = {.key = cbytes(key)};
-    e.value.kind = AMQP_FIELD_KIND_UTF8;
-    e.value.value.bytes = cbytes(value);
-    return e;
-}
-
-static amqp_table_entry_t long_arg(const char *key, int64_t value)
-{
-    amqp_table_entry_t e = {.key = cbytes(key)};
-    e.value.kind = AMQP_FIELD_KIND_I64;
-    e.value.value.i64 = value;
-    return e;
-}
-
-static amqp_table_entry_t bool_arg(const char *key, bool value)
-{
-    amqp_table_entry_t e = {.key = cbytes(key)};
-    e.value.kind = AMQP_FIELD_KIND_BOOLEAN;
-    e.value.value.boolean = value;
-    return e;
-}
-
 static pb_status_t declare_queue(amqp_source_t *s, pb_error_t *err)
 {
-    const pb_config_t *cfg = s->base.cfg;
-    const char *q = cfg->amqp_queue;
-    bool declare = cfg->amqp_queue_declare;
-    amqp_table_entry_t args[5];
-    int nargs = 0;
-    if (declare) {
-        args[nargs++] = str_arg("x-queue-type", cfg->amqp_queue_type);
-        if (cfg->amqp_queue_max_length > 0)
-            args[nargs++] = long_arg("x-max-length", cfg->amqp_queue_max_length);
-        if (cfg->amqp_queue_message_ttl > 0)
-            args[nargs++] = long_arg("x-message-ttl", cfg->amqp_queue_message_ttl);
-        if (*cfg->amqp_queue_dead_letter_exchange)
-            args[nargs++] = str_arg("x-dead-letter-exchange", cfg->amqp_queue_dead_letter_exchange);
-        if (cfg->amqp_single_active_consumer)
-            args[nargs++] = bool_arg("x-single-active-consumer", true);
-    }
-    amqp_table_t table = {.num_entries = nargs, .entries = args};
-    amqp_queue_declare_ok_t *ok = amqp_queue_declare(s->link.conn, CHANNEL, cbytes(q), !declare,
-                                                     declare, 0, 0, table);
-    if (ok) {
-        log_debug(FAC, "queue \"%s\" %s: %u messages ready, %u consumers", q,
-                  declare ? "declared" : "exists", (unsigned)ok->message_count,
-                  (unsigned)ok->consumer_count);
-        return PB_OK;
-    }
-    return pb_amqp_link_declare_failed(&s->link, "queue", q, s->url.vhost, s->url.user, declare,
-                                       "amqp.queue_declare",
-                                       "with different arguments (see amqp.queue_type, "
-                                       "queue_max_length, queue_message_ttl, "
-                                       "queue_dead_letter_exchange, single_active_consumer; "
-                                       "a queue declared before postbox bounded its queues "
-                                       "by default has no x-message-ttl: keep it with "
-                                       "amqp.queue_message_ttl = 0 and allow_unlimited = true)",
-                                       err);
+    return pb_amqp_link_setup_queue(&s->link, s->base.cfg, s->url.vhost, s->url.user, err);
 }
 
 static pb_status_t bind_queue(amqp_source_t *s, pb_error_t *err)

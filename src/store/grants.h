@@ -37,4 +37,40 @@ pb_status_t pb_grants_lock_emit_message(PGconn *conn, pb_emit_lock_t *out,
  * run by the schema owner after `postbox init`. */
 void pb_grants_write(FILE *out, const pb_config_t *cfg);
 
+/* Writes pb_grants_emit_message_sql as comment lines ("--   ..."), for scripts that tell a
+ * superuser what to run (print-grants, init --print-sql). */
+void pb_grants_write_emit_message_comment(FILE *out);
+
+/* Whose privileges a GRANT of pb_grants_write gives: every group role (USAGE on the schema), or
+ * one of them. */
+typedef enum pb_grant_section {
+    PB_GRANTS_ALL,
+    PB_GRANTS_PRODUCER,
+    PB_GRANTS_RELAY,
+    PB_GRANTS_CONSUMER,
+} pb_grant_section_t;
+
+/* What one privilege of pb_grants_write is granted on. */
+typedef enum pb_privilege_kind {
+    PB_PRIV_SCHEMA,   /* object: the schema's name */
+    PB_PRIV_TABLE,    /* object: schema.table */
+    PB_PRIV_COLUMN,   /* object: schema.table, column: the column */
+    PB_PRIV_FUNCTION, /* object: schema.function(argument types) */
+} pb_privilege_kind_t;
+
+/* One privilege of one GRANT statement of pb_grants_write, taken apart, for `postbox check`. */
+typedef struct pb_privilege {
+    pb_privilege_kind_t kind;
+    char privilege[16]; /* SELECT, INSERT, USAGE, EXECUTE, ... */
+    char object[128];
+    char column[64];
+} pb_privilege_t;
+
+/* The privileges pb_grants_write(cfg) gives the group role of section, and those it gives every
+ * group role (USAGE on the schema), one per object, column and privilege, in the script's
+ * order: *out (free it) of the returned length. The GRANT statements are the single source: the
+ * check asks for exactly what the script grants. */
+size_t pb_grants_privileges(const pb_config_t *cfg, pb_grant_section_t section,
+                            pb_privilege_t **out);
+
 #endif

@@ -82,7 +82,16 @@ pb_status_t pb_pg_dsn_check(const char *dsn, pb_error_t *err)
     return PB_OK;
 }
 
-pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err)
+pb_status_t pb_pg_version_check(int version, const char *version_text, pb_error_t *err)
+{
+    /* the relay's claim names its batches in flight as an int8multirange (PostgreSQL 14) */
+    if (version >= PB_PG_MIN_VERSION)
+        return PB_OK;
+    return pb_fail(err, PB_FATAL, "postgresql %s is too old: postbox needs %d or later",
+                   version_text ? version_text : "(unknown version)", PB_PG_MIN_VERSION / 10000);
+}
+
+pb_status_t pb_pg_open(const char *dsn, PGconn **out, pb_error_t *err)
 {
     *out = NULL;
     pb_status_t st = pb_pg_dsn_check(dsn, err);
@@ -102,18 +111,21 @@ pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err)
         PQfinish(conn);
         return PB_TRANSIENT;
     }
-    /* the relay's claim names its batches in flight as an int8multirange (PostgreSQL 14) */
-    int version = PQserverVersion(conn);
-    if (version < PB_PG_MIN_VERSION) {
-        const char *v = PQparameterStatus(conn, "server_version");
-        pb_fail(err, PB_FATAL, "postgresql %s is too old: postbox needs %d or later",
-                v ? v : "(unknown version)", PB_PG_MIN_VERSION / 10000);
-        PQfinish(conn);
-        return PB_FATAL;
-    }
     PQsetNoticeProcessor(conn, on_notice, NULL);
     *out = conn;
     return PB_OK;
+}
+
+pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err)
+{
+    pb_status_t st = pb_pg_open(dsn, out, err);
+    if (st == PB_OK &&
+        (st = pb_pg_version_check(PQserverVersion(*out),
+                                  PQparameterStatus(*out, "server_version"), err)) != PB_OK) {
+        PQfinish(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 typedef struct dsn_arg {

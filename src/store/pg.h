@@ -22,6 +22,15 @@ pb_status_t pb_pg_dsn_check(const char *dsn, pb_error_t *err) PB_MUSTCHECK;
  * Routes server notices into our log. */
 pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err) PB_MUSTCHECK;
 
+/* pb_pg_connect without the version floor, for `postbox check`, which reports an old server as
+ * such (pb_pg_version_check). */
+pb_status_t pb_pg_open(const char *dsn, PGconn **out, pb_error_t *err) PB_MUSTCHECK;
+
+/* PB_FATAL "postgresql 13.4 is too old ..." for a server older than PB_PG_MIN_VERSION
+ * (version as PQserverVersion gives it, version_text as server_version reads). */
+pb_status_t pb_pg_version_check(int version, const char *version_text,
+                                pb_error_t *err) PB_MUSTCHECK;
+
 /* Connects, retrying transient failures with exponential backoff (capped at cap_ms) and logging
  * what it waits for, until it succeeds, a fatal error occurs, or *stop becomes non-zero
  * (then PB_TRANSIENT with "interrupted"). */

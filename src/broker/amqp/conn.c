@@ -136,6 +136,78 @@ pb_status_t pb_amqp_link_setup_exchange(pb_amqp_link_t *lk, const pb_config_t *c
                                        "amqp.declare_exchange", mismatch, err);
 }
 
+static amqp_table_entry_t str_arg(const char *key, const char *value)
+{
+    amqp_table_entry_t e = {.key = amqp_cstring_bytes(key)};
+    e.value.kind = AMQP_FIELD_KIND_UTF8;
+    e.value.value.bytes = amqp_cstring_bytes(value);
+    return e;
+}
+
+static amqp_table_entry_t long_arg(const char *key, int64_t value)
+{
+    amqp_table_entry_t e = {.key = amqp_cstring_bytes(key)};
+    e.value.kind = AMQP_FIELD_KIND_I64;
+    e.value.value.i64 = value;
+    return e;
+}
+
+static amqp_table_entry_t bool_arg(const char *key, bool value)
+{
+    amqp_table_entry_t e = {.key = amqp_cstring_bytes(key)};
+    e.value.kind = AMQP_FIELD_KIND_BOOLEAN;
+    e.value.value.boolean = value;
+    return e;
+}
+
+pb_status_t pb_amqp_link_setup_queue(pb_amqp_link_t *lk, const pb_config_t *cfg,
+                                     const char *vhost, const char *user, pb_error_t *err)
+{
+    const char *q = cfg->amqp_queue;
+    bool declare = cfg->amqp_queue_declare;
+    amqp_table_entry_t args[5];
+    int nargs = 0;
+    if (declare) {
+        args[nargs++] = str_arg("x-queue-type", cfg->amqp_queue_type);
+        if (cfg->amqp_queue_max_length > 0)
+            args[nargs++] = long_arg("x-max-length", cfg->amqp_queue_max_length);
+        if (cfg->amqp_queue_message_ttl > 0)
+            args[nargs++] = long_arg("x-message-ttl", cfg->amqp_queue_message_ttl);
+        if (*cfg->amqp_queue_dead_letter_exchange)
+            args[nargs++] = str_arg("x-dead-letter-exchange", cfg->amqp_queue_dead_letter_exchange);
+        if (cfg->amqp_single_active_consumer)
+            args[nargs++] = bool_arg("x-single-active-consumer", true);
+    }
+    amqp_table_t table = {.num_entries = nargs, .entries = args};
+    if (amqp_queue_declare(lk->conn, PB_AMQP_LINK_CHANNEL, amqp_cstring_bytes(q), !declare,
+                           declare, 0, 0, table))
+        return PB_OK;
+    return pb_amqp_link_declare_failed(lk, "queue", q, vhost, user, declare, "amqp.queue_declare",
+                                       "with different arguments (see amqp.queue_type, "
+                                       "queue_max_length, queue_message_ttl, "
+                                       "queue_dead_letter_exchange, single_active_consumer; "
+                                       "a queue declared before postbox bounded its queues "
+                                       "by default has no x-message-ttl: keep it with "
+                                       "amqp.queue_message_ttl = 0 and allow_unlimited = true)",
+                                       err);
+}
+
+int pb_amqp_link_passive(pb_amqp_link_t *lk, const char *kind, const char *name, char *buf,
+                         size_t n)
+{
+    bool exchange = strcmp(kind, "exchange") == 0;
+    amqp_bytes_t b = amqp_cstring_bytes(name);
+    if (exchange ? amqp_exchange_declare(lk->conn, PB_AMQP_LINK_CHANNEL, b,
+                                         amqp_cstring_bytes("topic"), 1, 0, 0, 0, amqp_empty_table) != NULL
+                 : amqp_queue_declare(lk->conn, PB_AMQP_LINK_CHANNEL, b, 1, 0, 0, 0,
+                                      amqp_empty_table) != NULL)
+        return 0;
+    char what[32];
+    snprintf(what, sizeof what, "check %s", kind);
+    unsigned code = pb_amqp_link_rpc_failed(lk, what, buf, n);
+    return code ? (int)code : -1;
+}
+
 int pb_amqp_link_wait_frame(pb_amqp_link_t *lk, amqp_frame_t *f, int64_t deadline_ms)
 {
     struct timeval tv = pb_ms_timeval(deadline_ms - pb_monotonic_ms());

@@ -104,6 +104,26 @@ pb_status_t pb_amqp_link_setup_exchange(pb_amqp_link_t *lk, const struct pb_conf
                                         pb_error_t *err) PB_MUSTCHECK;
 
 /**
+ * @brief Declares amqp.queue (durable, with the x-arguments of amqp.queue_type, queue_max_length,
+ * queue_message_ttl, queue_dead_letter_exchange, single_active_consumer) when
+ * amqp.queue_declare, else checks passively that it exists. An existing queue declared with other
+ * arguments (one without the bound an older postbox left) is PB_FATAL saying how to keep it.
+ */
+pb_status_t pb_amqp_link_setup_queue(pb_amqp_link_t *lk, const struct pb_config *cfg,
+                                     const char *vhost, const char *user,
+                                     pb_error_t *err) PB_MUSTCHECK;
+
+/**
+ * @brief A passive declare of the exchange or queue (kind "exchange" or "queue") name on
+ * PB_AMQP_LINK_CHANNEL: whether it exists, changing nothing.
+ * @returns 0 when it exists; the reply code of the channel's close (AMQP_NOT_FOUND: it does not
+ *          exist; AMQP_ACCESS_REFUSED) with the channel closed and the connection usable; -1 when
+ *          the connection was lost (dropped). buf gets the broker's words on failure.
+ */
+int pb_amqp_link_passive(pb_amqp_link_t *lk, const char *kind, const char *name, char *buf,
+                         size_t n);
+
+/**
  * @brief Waits for the next frame until deadline_ms (pb_monotonic_ms clock). A passed deadline
  * still polls once: frames already buffered or readable at once are returned.
  * @returns AMQP_STATUS_OK with *f filled (its payload lives in rabbitmq-c's pools until the next

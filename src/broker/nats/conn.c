@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/route.h"
 #include "common/secret_file.h"
 #include "common/str.h"
 
@@ -736,4 +737,52 @@ pb_status_t pb_nats_ensure_stream(jsCtx *js, const pb_config_t *cfg, const char 
     jsStreamInfo_Destroy(si);
     free_list(subjects, nsub);
     return st;
+}
+
+bool pb_nats_render_subject(const pb_config_t *cfg, const pb_event_t *ev, char *out, size_t n)
+{
+    size_t plen = strlen(cfg->nats_subject_prefix);
+    if (plen >= n)
+        return false;
+    memcpy(out, cfg->nats_subject_prefix, plen);
+    return pb_route_render(cfg->nats_subject, ev, out + plen, n - plen);
+}
+
+pb_status_t pb_nats_check_coverage(const pb_config_t *cfg, const pb_nats_stream_desc_t *d,
+                                   pb_error_t *err)
+{
+    pb_event_t sample = {.event_id = "00000000-0000-0000-0000-000000000000",
+                         .aggregate_type = "aggregate",
+                         .aggregate_id = "1",
+                         .event_type = "event.v1"};
+    char subj[PB_NATS_SUBJECT_MAX];
+    if (!pb_nats_render_subject(cfg, &sample, subj, sizeof subj) || !pb_nats_subject_valid(subj))
+        return pb_fail(err, PB_FATAL, "nats.subject_prefix + nats.subject give the invalid "
+                                      "subject \"%s\" for a sample event", subj);
+    for (size_t i = 0; i < d->nsubjects; i++)
+        if (pb_nats_subject_matches(d->subjects[i], subj))
+            return PB_OK;
+    return pb_fail(err, PB_FATAL,
+                   "subject \"%s\" (nats.subject_prefix + nats.subject for a sample event) is "
+                   "not stored by %s: publishing would fail (set nats.stream_subjects or "
+                   "nats.subject_prefix)", subj, d->text);
+}
+
+pb_status_t pb_nats_inspect_stream(jsCtx *js, const pb_config_t *cfg, bool *exists,
+                                   bool *limited, pb_nats_stream_desc_t *desc, pb_error_t *err)
+{
+    memset(desc, 0, sizeof *desc);
+    *exists = *limited = false;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetStreamInfo(&si, js, cfg->nats_stream, NULL, &jerr);
+    if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)
+        return PB_OK;
+    if (s != NATS_OK)
+        return js_fail(s, jerr, "looking up", cfg, err);
+    *exists = true;
+    *limited = has_limit(si->Config);
+    describe(si, desc);
+    jsStreamInfo_Destroy(si);
+    return PB_OK;
 }

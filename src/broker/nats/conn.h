@@ -21,7 +21,11 @@
 #include <nats/nats.h>
 
 #include "common/err.h"
+#include "common/event.h"
 #include "config/config.h"
+
+/** Longest subject (with its NUL) postbox renders. */
+#define PB_NATS_SUBJECT_MAX 512
 
 /** @brief Takes a reference on the nats.c library (nats_Open on the first). Pair with
  * pb_nats_lib_release, which closes the library (waiting for its threads) on the last. */
@@ -88,6 +92,24 @@ pb_status_t pb_nats_ensure_stream(jsCtx *js, const pb_config_t *cfg, const char 
  */
 pb_status_t pb_nats_config_subjects(const pb_config_t *cfg, char ***subjects, size_t *n,
                                     pb_error_t *err) PB_MUSTCHECK;
+
+/**
+ * @brief Looks the stream nats.stream up without changing anything: *exists, and when it exists
+ * desc describes it (free with pb_nats_stream_desc_free) and *limited tells whether it has one of
+ * max_age, max_msgs, max_bytes. PB_TRANSIENT when the server did not answer.
+ */
+pb_status_t pb_nats_inspect_stream(jsCtx *js, const pb_config_t *cfg, bool *exists,
+                                   bool *limited, pb_nats_stream_desc_t *desc,
+                                   pb_error_t *err) PB_MUSTCHECK;
+
+/** @brief The subject of ev: nats.subject_prefix + nats.subject rendered (or the row's
+ * destination). False when it does not fit n bytes. */
+bool pb_nats_render_subject(const pb_config_t *cfg, const pb_event_t *ev, char *out, size_t n);
+
+/** @brief The configured subject template must land in the stream d describes, else every
+ * publish fails: PB_FATAL saying so (or that the template gives an invalid subject). */
+pb_status_t pb_nats_check_coverage(const pb_config_t *cfg, const pb_nats_stream_desc_t *d,
+                                   pb_error_t *err) PB_MUSTCHECK;
 
 /** @brief NATS subject matching: pattern tokens "*" (one token) and ">" (the rest). */
 bool pb_nats_subject_matches(const char *pattern, const char *subject);
