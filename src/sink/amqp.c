@@ -26,6 +26,7 @@
 #include "common/route.h"
 #include "common/str.h"
 #include "broker/amqp/url.h"
+#include "sink/cloudevents.h"
 
 #define FAC "sink.amqp"
 #define CHANNEL PB_AMQP_LINK_CHANNEL
@@ -425,8 +426,9 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
 
     json_t *root = ev->header_obj; /* parsed by pb_sink_prepare */
     size_t nuser = root ? json_object_size(root) : 0;
+    pb_ce_t *ce = s->base.ce;
 
-    amqp_table_entry_t *e = amqp_pool_alloc(&s->pool, sizeof *e * (nuser + 3));
+    amqp_table_entry_t *e = amqp_pool_alloc(&s->pool, sizeof *e * (nuser + 3 + PB_CE_NATTRS));
     if (!e) {
         pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
         return false;
@@ -438,7 +440,7 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
         json_object_foreach(root, key, v) {
             size_t klen = strlen(key);
             if (strcmp(key, "aggregate_type") == 0 || strcmp(key, "aggregate_id") == 0 ||
-                strcmp(key, PB_SEQUENCE_HEADER) == 0)
+                strcmp(key, PB_SEQUENCE_HEADER) == 0 || pb_ce_owns(ce, key))
                 continue; /* ours, from the row, win */
             if (klen > SHORTSTR_MAX) {
                 pb_result_setf(res, PB_OUT_REJECT, "header name \"%.40s...\" longer than 255 bytes",
@@ -506,6 +508,17 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
         e[k].value.value.i64 = ev->sequence;
         est += 1 + e[k].key.len + 1 + 8;
         k++;
+    }
+    if (ce) { /* CloudEvents: strings in ce's buffers, valid until the next event's */
+        pb_ce_attr_t attrs[PB_CE_NATTRS];
+        size_t na = pb_ce_attrs(ce, ev, attrs);
+        for (size_t a = 0; a < na; a++) {
+            e[k].key = cbytes(attrs[a].name, attrs[a].name_len);
+            e[k].value.kind = AMQP_FIELD_KIND_UTF8;
+            e[k].value.value.bytes = cbytes(attrs[a].value, attrs[a].len);
+            est += 1 + attrs[a].name_len + 1 + 4 + attrs[a].len;
+            k++;
+        }
     }
     if (est > frame_max) {
         /* rabbitmq-c would fail half-way through the frames and break the connection */
@@ -683,6 +696,7 @@ static void sink_free(pb_sink_t *snk)
     pb_amqp_link_close(&s->link);
     pb_amqp_url_free(&s->url);
     empty_amqp_pool(&s->pool);
+    pb_ce_free(s->base.ce);
     free(s->slot_event);
     free(s->slot_done);
     free(s);
@@ -710,13 +724,20 @@ pb_status_t pb_sink_amqp_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t
     if (pb_route_check_template(cfg->amqp_routing_key, &why) != PB_OK)
         return pb_fail(err, PB_FATAL, "amqp.routing_key: %s", why.msg);
 
+    pb_ce_t *ce = NULL;
+    if (pb_ce_wanted(cfg->amqp_cloudevents) &&
+        pb_ce_new(cfg, PB_CE_AMQP, cfg->amqp_cloudevents_prefix, &ce, err) != PB_OK)
+        return PB_FATAL;
+
     amqp_sink_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);
     pb_status_t st = pb_amqp_url_parse(cfg->amqp_url, &s->url, err);
     if (st != PB_OK) {
+        pb_ce_free(ce);
         free(s);
         return st;
     }
+    s->base.ce = ce;
     s->base.ops = &amqp_ops;
     s->base.cfg = cfg;
     pb_amqp_url_where(&s->url, s->where, sizeof s->where);

@@ -55,6 +55,7 @@
 #include "broker/nats/conn.h"
 #include "common/route.h"
 #include "common/str.h"
+#include "sink/cloudevents.h"
 #include "sink/nats_ack.h"
 
 #define FAC "sink.nats"
@@ -319,7 +320,7 @@ static bool add_user_headers(nats_sink_t *s, natsMsg *m, const pb_event_t *ev, p
     json_t *v;
     bool ok = true;
     json_object_foreach(root, key, v) {
-        if (own_key(key))
+        if (own_key(key) || pb_ce_owns(s->base.ce, key))
             continue; /* ours, from the row, win; Nats-* would change JetStream's handling */
         if (!header_key_valid(key)) {
             pb_result_setf(res, PB_OUT_REJECT, "header name \"%.60s\" is not a valid NATS header "
@@ -421,6 +422,26 @@ static natsMsg *build_msg(nats_sink_t *s, const pb_event_t *ev, const char *subj
             pb_result_setf(res, PB_OUT_REJECT, "header %s: %s", keys[k], natsStatus_GetText(ns));
             natsMsg_Destroy(m);
             return NULL;
+        }
+    }
+    if (s->base.ce) { /* CloudEvents (NATS binding): values percent-encoded, so one line each */
+        pb_ce_attr_t attrs[PB_CE_NATTRS];
+        size_t na = pb_ce_attrs(s->base.ce, ev, attrs);
+        for (size_t a = 0; a < na; a++) {
+            /* natsMsgHeader_Set takes C strings (and copies them); every value lies in a
+             * NUL-terminated text, most of them at its end */
+            const char *val = attrs[a].value;
+            if (val[attrs[a].len] != '\0') {
+                pb_buf_reset(&s->scratch);
+                pb_buf_append(&s->scratch, attrs[a].value, attrs[a].len);
+                val = s->scratch.data;
+            }
+            if ((ns = natsMsgHeader_Set(m, attrs[a].name, val)) != NATS_OK) {
+                pb_result_setf(res, PB_OUT_REJECT, "header %s: %s", attrs[a].name,
+                               natsStatus_GetText(ns));
+                natsMsg_Destroy(m);
+                return NULL;
+            }
         }
     }
     if (!add_user_headers(s, m, ev, res)) {
@@ -728,6 +749,7 @@ static void sink_free(pb_sink_t *snk)
     drop_connection(s);
     pb_nats_stream_desc_free(&s->stream);
     pb_buf_free(&s->scratch);
+    pb_ce_free(s->base.ce);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -758,10 +780,14 @@ pb_status_t pb_sink_nats_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t
         log_info(FAC, "nats.max_pending %lld is below relay.batch_size %lld: publishing stalls "
                       "until acknowledgements come back", (long long)cfg->nats_max_pending,
                  (long long)cfg->relay_batch_size);
+    pb_ce_t *ce = NULL;
+    if (pb_ce_wanted(cfg->nats_cloudevents) && pb_ce_new(cfg, PB_CE_NATS, NULL, &ce, err) != PB_OK)
+        return PB_FATAL;
     nats_sink_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);
     s->base.ops = &nats_ops;
     s->base.cfg = cfg;
+    s->base.ce = ce;
     s->max_payload = DEFAULT_MAX_PAYLOAD;
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;

@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "common/str.h"
+#include "sink/cloudevents.h"
 
 /* Every sink: its name in relay.sink and its constructor. */
 static const struct {
@@ -62,6 +63,8 @@ bool pb_sink_prepare(pb_sink_t *snk, pb_event_t *ev, pb_result_t *result)
         else
             json_decref(root);
     }
+    if (snk->ce && !pb_ce_check_event(ev, result))
+        return false;
     return !snk->ops->check || snk->ops->check(snk, ev, result);
 }
 

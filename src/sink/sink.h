@@ -69,10 +69,14 @@ typedef struct pb_sink_ops {
     void (*free)(pb_sink_t *snk);
 } pb_sink_ops_t;
 
+struct pb_ce;
+
 /* Every implementation embeds this header first in its own struct. */
 struct pb_sink {
     const pb_sink_ops_t *ops;
     const pb_config_t *cfg; /* borrowed; outlives the sink */
+    struct pb_ce *ce;       /* CloudEvents binary content mode (<sink>.cloudevents = binary;
+                             * sink/cloudevents.h), NULL when off; owned by the sink */
 };
 
 /* Sets a result's outcome and reason (NULL: none); the reason is cut to fit. */
@@ -83,9 +87,10 @@ void pb_result_setf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...) 
 pb_status_t pb_sink_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err) PB_MUSTCHECK;
 
 /* Readies one event for the sink, once, before its batch is sent: parses its JSON headers into
- * ev->header_obj (what every sink reads) and runs the sink's check. Returns false with result
- * set to PB_OUT_REJECT and the reason when the event can never be published (headers that are
- * not a JSON object, too large, unroutable). */
+ * ev->header_obj (what every sink reads), checks that it makes a CloudEvent when the sink sends
+ * CloudEvents, and runs the sink's check. Returns false with result set to PB_OUT_REJECT and the
+ * reason when the event can never be published (headers that are not a JSON object, too large,
+ * unroutable). */
 bool pb_sink_prepare(pb_sink_t *snk, pb_event_t *ev, pb_result_t *result);
 
 /* Releases what pb_sink_prepare attached to the event (accepts an event never prepared). */

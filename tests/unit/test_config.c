@@ -162,6 +162,18 @@ static void validate_cross_checks(void **state)
     assert_int_equal(pb_config_set(&cfg, "amqp.routing_key", "{aggregate}.x", PB_CFG_CLI, &err), PB_OK);
     assert_int_equal(pb_config_validate(&cfg, &err), PB_FATAL);
     assert_non_null(strstr(err.msg, "amqp.routing_key"));
+    assert_int_equal(pb_config_set(&cfg, "amqp.routing_key", "{aggregate_type}", PB_CFG_CLI, &err), PB_OK);
+
+    /* the CloudEvents source must be a URI-reference; the sink options take off|binary only */
+    assert_int_equal(pb_config_set(&cfg, "relay.cloudevents_source", "my shop", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_validate(&cfg, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "relay.cloudevents_source \"my shop\" is not a URI-reference"));
+    assert_int_equal(pb_config_set(&cfg, "relay.cloudevents_source", "urn:example:shop", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_validate(&cfg, &err), PB_OK);
+    assert_int_equal(pb_config_set(&cfg, "kafka.cloudevents", "structured", PB_CFG_CLI, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "off|binary"));
+    assert_int_equal(pb_config_set(&cfg, "amqp.cloudevents_prefix", "cloudEvents:", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_set(&cfg, "amqp.cloudevents_prefix", "ce_", PB_CFG_CLI, &err), PB_FATAL);
     pb_config_free(&cfg);
 }
 
