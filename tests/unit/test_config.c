@@ -177,6 +177,26 @@ static void validate_cross_checks(void **state)
     pb_config_free(&cfg);
 }
 
+/* inih (Debian's, INI_MAX_LINE 200) cuts longer lines and reads the rest as a line of its own:
+ * the sample file, every option's doc on one comment line, must stay loadable. */
+static void sample_lines_fit_inih(void **state)
+{
+    (void)state;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    pb_config_write_sample(f);
+    fclose(f);
+    for (char *line = text, *nl; *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        assert_non_null(nl);
+        if (nl - line >= 199)
+            fail_msg("sample line of %d bytes (inih reads at most 199): %.60s...", (int)(nl - line), line);
+    }
+    free(text);
+}
+
 static void write_hides_passwords(void **state)
 {
     (void)state;
@@ -251,6 +271,7 @@ int main(void)
         cmocka_unit_test(file_loads_and_reports_lines),
         cmocka_unit_test(env_overrides_file),
         cmocka_unit_test(validate_cross_checks),
+        cmocka_unit_test(sample_lines_fit_inih),
         cmocka_unit_test(write_hides_passwords),
         cmocka_unit_test(write_hides_secrets_in_any_value),
     };
