@@ -424,8 +424,7 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
     size_t est = 8 + 14 + 1 + sizeof CONTENT_TYPE - 1 + 1 + 8 + 4;
     est += (idlen ? 1 + idlen : 0) + (typelen ? 1 + typelen : 0) + (applen ? 1 + applen : 0);
 
-    json_t *root = ev->header_obj; /* parsed by pb_sink_prepare */
-    size_t nuser = root ? json_object_size(root) : 0;
+    size_t nuser = pb_header_count(ev); /* kept or parsed by pb_sink_prepare */
     pb_ce_t *ce = s->base.ce;
 
     amqp_table_entry_t *e = amqp_pool_alloc(&s->pool, sizeof *e * (nuser + 3 + PB_CE_NATTRS));
@@ -434,61 +433,61 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
         return false;
     }
     size_t k = 0;
-    if (root) {
-        const char *key;
-        json_t *v;
-        json_object_foreach(root, key, v) {
-            size_t klen = strlen(key);
-            if (strcmp(key, "aggregate_type") == 0 || strcmp(key, "aggregate_id") == 0 ||
-                strcmp(key, PB_SEQUENCE_HEADER) == 0 || pb_ce_owns(ce, key))
-                continue; /* ours, from the row, win */
-            if (klen > SHORTSTR_MAX) {
-                pb_result_setf(res, PB_OUT_REJECT, "header name \"%.40s...\" longer than 255 bytes",
-                            key);
+    pb_header_iter_t it;
+    pb_header_t h;
+    for (pb_header_iter_init(&it, ev); pb_header_next(&it, &h);) {
+        if (pb_header_is(&h, "aggregate_type") || pb_header_is(&h, "aggregate_id") ||
+            pb_header_is(&h, PB_SEQUENCE_HEADER) || pb_ce_owns(ce, h.key, h.klen))
+            continue; /* ours, from the row, win */
+        if (h.klen > SHORTSTR_MAX) {
+            pb_result_setf(res, PB_OUT_REJECT, "header name \"%.40s...\" longer than 255 bytes",
+                           h.key);
+            goto reject;
+        }
+        e[k].key = cbytes(h.key, h.klen);
+        est += 1 + h.klen + 1;
+        if (h.val) { /* a string */
+            e[k].value.kind = AMQP_FIELD_KIND_UTF8;
+            e[k].value.value.bytes = cbytes(h.val, h.vlen);
+            est += 4 + h.vlen;
+            k++;
+            continue;
+        }
+        const json_t *v = h.json;
+        switch (json_typeof(v)) {
+        case JSON_INTEGER:
+            e[k].value.kind = AMQP_FIELD_KIND_I64;
+            e[k].value.value.i64 = (int64_t)json_integer_value(v);
+            est += 8;
+            break;
+        case JSON_TRUE:
+        case JSON_FALSE:
+            e[k].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+            e[k].value.value.boolean = json_is_true(v);
+            est += 1;
+            break;
+        default: { /* objects, arrays, reals, null: their compact JSON text */
+            char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+            if (!txt) {
+                pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
                 goto reject;
             }
-            e[k].key = cbytes(key, klen);
-            est += 1 + klen + 1;
-            switch (json_typeof(v)) {
-            case JSON_STRING:
-                e[k].value.kind = AMQP_FIELD_KIND_UTF8;
-                e[k].value.value.bytes = cbytes(json_string_value(v), json_string_length(v));
-                est += 4 + json_string_length(v);
-                break;
-            case JSON_INTEGER:
-                e[k].value.kind = AMQP_FIELD_KIND_I64;
-                e[k].value.value.i64 = (int64_t)json_integer_value(v);
-                est += 8;
-                break;
-            case JSON_TRUE:
-            case JSON_FALSE:
-                e[k].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-                e[k].value.value.boolean = json_is_true(v);
-                est += 1;
-                break;
-            default: { /* objects, arrays, reals, null: their compact JSON text */
-                char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-                if (!txt) {
-                    pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
-                    goto reject;
-                }
-                size_t tl = strlen(txt);
-                char *copy = amqp_pool_alloc(&s->pool, tl + 1);
-                if (copy)
-                    memcpy(copy, txt, tl + 1);
-                free(txt);
-                if (!copy) {
-                    pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
-                    goto reject;
-                }
-                e[k].value.kind = AMQP_FIELD_KIND_UTF8;
-                e[k].value.value.bytes = cbytes(copy, tl);
-                est += 4 + tl;
-                break;
+            size_t tl = strlen(txt);
+            char *copy = amqp_pool_alloc(&s->pool, tl + 1);
+            if (copy)
+                memcpy(copy, txt, tl + 1);
+            free(txt);
+            if (!copy) {
+                pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
+                goto reject;
             }
-            }
-            k++;
+            e[k].value.kind = AMQP_FIELD_KIND_UTF8;
+            e[k].value.value.bytes = cbytes(copy, tl);
+            est += 4 + tl;
+            break;
         }
+        }
+        k++;
     }
     static const char *const own[2] = {"aggregate_type", "aggregate_id"};
     const char *vals[2] = {ev->aggregate_type, ev->aggregate_id};

@@ -361,13 +361,13 @@ void pb_ce_free(pb_ce_t *ce)
     free(ce);
 }
 
-bool pb_ce_owns(const pb_ce_t *ce, const char *name)
+bool pb_ce_owns(const pb_ce_t *ce, const char *name, size_t len)
 {
     /* every name starts with c or C (ce_, ce-, cloudEvents, content-type): most headers stop here */
-    if (!ce || !name || (name[0] != 'c' && name[0] != 'C'))
+    if (!ce || !len || (name[0] != 'c' && name[0] != 'C'))
         return false;
     for (int a = 0; a < PB_CE_NATTRS; a++)
-        if (ce->name_len[a] && strcasecmp(name, ce->names[a]) == 0)
+        if (ce->name_len[a] == len && strncasecmp(name, ce->names[a], len) == 0)
             return true;
     return false;
 }
@@ -396,13 +396,8 @@ bool pb_ce_check_event(const pb_event_t *ev, pb_result_t *res)
 /* The event's header `key` when it is a non-empty string without control characters. */
 static bool trace_header(const pb_event_t *ev, const char *key, const char **val, size_t *len)
 {
-    if (!ev->header_obj)
+    if (!pb_header_string(ev, key, val, len) || *len == 0)
         return false;
-    json_t *v = json_object_get(ev->header_obj, key);
-    if (!json_is_string(v) || json_string_length(v) == 0)
-        return false;
-    *val = json_string_value(v);
-    *len = json_string_length(v);
     return !has_control(*val, *len); /* a NUL inside is a control character too */
 }
 

@@ -112,14 +112,14 @@ void pb_ce_free(pb_ce_t *ce);
 
 /* The attributes of ev into out (at most PB_CE_NATTRS), in the order of the table above;
  * returns how many. Values point into ev, ce and the configuration: valid until the next call
- * on ce. Expects an event pb_ce_check_event accepted and ev->header_obj as pb_sink_prepare
- * left it. */
+ * on ce. Expects an event pb_ce_check_event accepted and its headers as pb_sink_prepare
+ * left them. */
 size_t pb_ce_attrs(pb_ce_t *ce, const pb_event_t *ev, pb_ce_attr_t *out);
 
-/* Whether a header of the event's own, named `name`, would carry one of ce's attributes under
- * the same name (compared without regard to case, as NATS and HTTP headers are): the sink then
- * leaves it out, so the attribute postbox sets is the only one. */
-bool pb_ce_owns(const pb_ce_t *ce, const char *name);
+/* Whether a header of the event's own, named name[0..len), would carry one of ce's attributes
+ * under the same name (compared without regard to case, as NATS and HTTP headers are): the sink
+ * then leaves it out, so the attribute postbox sets is the only one. False when ce is NULL. */
+bool pb_ce_owns(const pb_ce_t *ce, const char *name, size_t len);
 
 /* Whether ev can be sent as a CloudEvent: an id, a type and an aggregate, none holding a
  * control character (which a CloudEvents String may not). Otherwise sets res to PB_OUT_REJECT

@@ -239,11 +239,11 @@ static bool sink_check(pb_sink_t *snk, const pb_event_t *ev, pb_result_t *res)
     return true;
 }
 
-static bool own_key(const char *k)
+static bool own_key(const pb_header_t *h)
 {
-    return strcmp(k, "event_id") == 0 || strcmp(k, "event_type") == 0 ||
-           strcmp(k, "aggregate_type") == 0 || strcmp(k, "aggregate_id") == 0 ||
-           strcmp(k, PB_SEQUENCE_HEADER) == 0;
+    return pb_header_is(h, "event_id") || pb_header_is(h, "event_type") ||
+           pb_header_is(h, "aggregate_type") || pb_header_is(h, "aggregate_id") ||
+           pb_header_is(h, PB_SEQUENCE_HEADER);
 }
 
 /* The message's headers: the event's JSON headers (strings as they are, anything else as its
@@ -251,28 +251,24 @@ static bool own_key(const char *k)
 static rd_kafka_headers_t *build_headers(kafka_sink_t *s, const pb_event_t *ev, pb_result_t *res)
 {
     pb_ce_t *ce = s->base.ce;
-    size_t nuser = ev->header_obj ? json_object_size(ev->header_obj) : 0;
-    rd_kafka_headers_t *h = rd_kafka_headers_new(nuser + 5 + (ce ? PB_CE_NATTRS : 0));
-    if (ev->header_obj) {
-        const char *key;
-        json_t *v;
-        json_object_foreach(ev->header_obj, key, v) {
-            if (own_key(key) || pb_ce_owns(ce, key))
-                continue;
-            if (json_is_string(v)) {
-                rd_kafka_header_add(h, key, -1, json_string_value(v),
-                                    (ssize_t)json_string_length(v));
-                continue;
-            }
-            char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-            if (!txt) {
-                pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
-                rd_kafka_headers_destroy(h);
-                return NULL;
-            }
-            rd_kafka_header_add(h, key, -1, txt, -1);
-            free(txt);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(pb_header_count(ev) + 5 + (ce ? PB_CE_NATTRS : 0));
+    pb_header_iter_t it;
+    pb_header_t u;
+    for (pb_header_iter_init(&it, ev); pb_header_next(&it, &u);) {
+        if (own_key(&u) || pb_ce_owns(ce, u.key, u.klen))
+            continue;
+        if (u.val) {
+            rd_kafka_header_add(h, u.key, (ssize_t)u.klen, u.val, (ssize_t)u.vlen);
+            continue;
         }
+        char *txt = json_dumps(u.json, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!txt) {
+            pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
+            rd_kafka_headers_destroy(h);
+            return NULL;
+        }
+        rd_kafka_header_add(h, u.key, (ssize_t)u.klen, txt, -1);
+        free(txt);
     }
     const char *keys[4] = {"event_id", "event_type", "aggregate_type", "aggregate_id"};
     const char *vals[4] = {ev->event_id, ev->event_type, ev->aggregate_type, ev->aggregate_id};
