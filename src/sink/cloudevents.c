@@ -313,6 +313,14 @@ void pb_ce_default_source(const char *dsn, char *out, size_t n)
 
 /* ---- the sink's state ------------------------------------------------------------------------ */
 
+/* The attributes a Redis entry holds in postbox's own fields (event_id, event_type, created_at,
+ * traceparent, tracestate, aggregate_sequence): not written twice, an entry lives in memory. */
+static bool redis_own_field(int a)
+{
+    return a == PB_CE_ID_I || a == PB_CE_TYPE_I || a == PB_CE_TIME_I ||
+           a == PB_CE_TRACEPARENT_I || a == PB_CE_TRACESTATE_I || a == PB_CE_SEQUENCE_I;
+}
+
 pb_status_t pb_ce_new(const pb_config_t *cfg, pb_ce_binding_t binding, const char *prefix,
                       pb_ce_t **out, pb_error_t *err)
 {
@@ -329,6 +337,8 @@ pb_status_t pb_ce_new(const pb_config_t *cfg, pb_ce_binding_t binding, const cha
     for (int a = 0; a < PB_CE_NATTRS; a++) {
         if (a == PB_CE_DATACONTENTTYPE_I && binding == PB_CE_AMQP)
             ce->names[a][0] = '\0'; /* the content_type property */
+        else if (binding == PB_CE_REDIS && redis_own_field(a))
+            ce->names[a][0] = '\0'; /* a field postbox's entry has already */
         else if (a == PB_CE_DATACONTENTTYPE_I && binding == PB_CE_KAFKA)
             snprintf(ce->names[a], PB_CE_NAME_MAX, "content-type");
         else
@@ -457,9 +467,12 @@ size_t pb_ce_attrs(pb_ce_t *ce, const pb_event_t *ev, pb_ce_attr_t *out)
     const char *type = ev->event_type ? ev->event_type : "";
     const char *agg_type = ev->aggregate_type ? ev->aggregate_type : "";
     const char *agg_id = ev->aggregate_id ? ev->aggregate_id : "";
-    PUT_TEXT(PB_CE_ID_I, id, strlen(id));
+    const size_t *named = ce->name_len; /* 0: the binding carries it otherwise */
+    if (named[PB_CE_ID_I])
+        PUT_TEXT(PB_CE_ID_I, id, strlen(id));
     PUT(PB_CE_SOURCE_I, ce->source, ce->source_len);
-    PUT_TEXT(PB_CE_TYPE_I, type, strlen(type));
+    if (named[PB_CE_TYPE_I])
+        PUT_TEXT(PB_CE_TYPE_I, type, strlen(type));
 
     /* subject: aggregate_type/aggregate_id */
     size_t off = ce->scratch.len;
@@ -476,20 +489,20 @@ size_t pb_ce_attrs(pb_ce_t *ce, const pb_event_t *ev, pb_ce_attr_t *out)
     refs[nrefs++] = (scratch_ref_t){(int)n, off, ce->scratch.len - off};
     PUT(PB_CE_SUBJECT_I, NULL, 0);
 
-    if (ev->created_at_us != 0) {
+    if (named[PB_CE_TIME_I] && ev->created_at_us != 0) {
         pb_format_utc_us(ev->created_at_us, ce->time, sizeof ce->time);
         PUT(PB_CE_TIME_I, ce->time, strlen(ce->time));
     }
-    if (ce->name_len[PB_CE_DATACONTENTTYPE_I])
+    if (named[PB_CE_DATACONTENTTYPE_I])
         PUT(PB_CE_DATACONTENTTYPE_I, PB_CE_DATACONTENTTYPE, sizeof PB_CE_DATACONTENTTYPE - 1);
     const char *tv;
     size_t tlen;
-    if (trace_header(ev, "traceparent", &tv, &tlen)) {
+    if (named[PB_CE_TRACEPARENT_I] && trace_header(ev, "traceparent", &tv, &tlen)) {
         PUT_TEXT(PB_CE_TRACEPARENT_I, tv, tlen);
         if (trace_header(ev, "tracestate", &tv, &tlen))
             PUT_TEXT(PB_CE_TRACESTATE_I, tv, tlen);
     }
-    if (ev->sequence > 0) {
+    if (named[PB_CE_SEQUENCE_I] && ev->sequence > 0) {
         size_t sl = put_int64(ce->sequence, ev->sequence);
         PUT(PB_CE_SEQUENCE_I, ce->sequence, sl);
     }

@@ -9,18 +9,20 @@
  *
  *   attribute          value                                      AMQP 0-9-1      Kafka          NATS                Redis Streams
  *   specversion        1.0                                        <p>specversion  ce_specversion ce-specversion      ce_specversion
- *   id                 event_id                                   <p>id           ce_id          ce-id               ce_id
+ *   id                 event_id                                   <p>id           ce_id          ce-id               (event_id)
  *   source             relay.cloudevents_source                   <p>source       ce_source      ce-source           ce_source
- *   type               event_type                                 <p>type         ce_type        ce-type             ce_type
+ *   type               event_type                                 <p>type         ce_type        ce-type             (event_type)
  *   subject            aggregate_type/aggregate_id                <p>subject      ce_subject     ce-subject          ce_subject
- *   time               created_at, RFC 3339 UTC, microseconds     <p>time         ce_time        ce-time             ce_time
+ *   time               created_at, RFC 3339 UTC, microseconds     <p>time         ce_time        ce-time             (created_at)
  *   datacontenttype    application/json                           content_type    content-type   ce-datacontenttype  ce_datacontenttype
- *   traceparent        the headers' traceparent (when a string)   <p>traceparent  ce_traceparent ce-traceparent      ce_traceparent
- *   tracestate         the headers' tracestate (when a string)    <p>tracestate   ce_tracestate  ce-tracestate       ce_tracestate
- *   aggregatesequence  the aggregate sequence, decimal (when > 0) <p>aggr...      ce_aggr...     ce-aggr...          ce_aggr...
+ *   traceparent        the headers' traceparent (when a string)   <p>traceparent  ce_traceparent ce-traceparent      (traceparent)
+ *   tracestate         the headers' tracestate (when a string)    <p>tracestate   ce_tracestate  ce-tracestate       (tracestate)
+ *   aggregatesequence  the aggregate sequence, decimal (when > 0) <p>aggr...      ce_aggr...     ce-aggr...          (aggregate_sequence)
  *
  * <p> is amqp.cloudevents_prefix (cloudEvents_ by default); the AMQP content_type property is the
- * sink's own. NATS header values are percent-encoded as its binding asks (space, '"', '%' and
+ * sink's own. Redis Streams have no binding: postbox's mapping adds ce_ fields only for what its
+ * entry does not hold already under a name of its own (in parentheses), so an entry, which lives
+ * in the server's memory, carries nothing twice; the payload field is the data. NATS header values are percent-encoded as its binding asks (space, '"', '%' and
  * every byte outside printable ASCII). `aggregatesequence` is an extension attribute of ours
  * (String: CloudEvents' Integer stops at 2^31 - 1; the `sequence` extension orders within a
  * source, lexicographically, which ours does not).
@@ -52,7 +54,8 @@ typedef enum pb_ce_binding {
                   * property, not a header */
     PB_CE_KAFKA, /* Kafka binding: ce_ headers, datacontenttype as header content-type */
     PB_CE_NATS,  /* NATS binding: ce- headers, values percent-encoded */
-    PB_CE_REDIS, /* postbox's mapping: ce_ entry fields, ce_datacontenttype among them */
+    PB_CE_REDIS, /* postbox's mapping: ce_ entry fields for what postbox's own fields do not
+                  * hold (specversion, source, subject, datacontenttype) */
 } pb_ce_binding_t;
 
 /* The attributes, in the order they are sent. */
@@ -85,7 +88,8 @@ typedef struct pb_ce_attr {
 typedef struct pb_ce {
     pb_ce_binding_t binding;
     char names[PB_CE_NATTRS][PB_CE_NAME_MAX]; /* "" for an attribute the binding sends
-                                               * otherwise (AMQP datacontenttype) */
+                                               * otherwise (AMQP datacontenttype, Redis's own
+                                               * fields) */
     size_t name_len[PB_CE_NATTRS];
     char *source;                         /* as sent (percent-encoded for NATS) */
     size_t source_len;

@@ -6,7 +6,8 @@
 # in poll, relay.cloudevents_source in cdc), type = event_type, subject =
 # aggregate_type/aggregate_id, time = created_at (RFC 3339, microseconds), datacontenttype (AMQP's
 # content_type property, Kafka's content-type header), traceparent/tracestate of a traced event
-# (absent on an untraced one), aggregatesequence; NATS values percent-encoded as its binding asks.
+# (absent on an untraced one), aggregatesequence; NATS values percent-encoded as its binding asks;
+# on Redis, postbox's mapping (ce_ fields beside the entry's own, each attribute once).
 # postbox's own headers stay. With the option off no attribute is sent, and a source that is no
 # URI-reference stops the relay as a configuration error.
 source "$(dirname "$0")/lib.sh"
@@ -116,13 +117,19 @@ read_nats() { # SUBJECT_FILTER EXPECT: the stream's messages' ce- headers
                       print line }'
 }
 
-read_redis() { # STREAM: its entries' ce_ fields
-    redis_cli --raw XRANGE "$1" - + | awk -v attrs="${ATTRS[*]}" '
+# the attributes of a Redis entry by postbox's mapping: ce_ fields for what its own fields do not hold
+declare -A REDIS_FIELD=([specversion]=ce_specversion [id]=event_id [source]=ce_source [type]=event_type
+    [subject]=ce_subject [time]=created_at [datacontenttype]=ce_datacontenttype [traceparent]=traceparent
+    [tracestate]=tracestate [aggregatesequence]=aggregate_sequence)
+read_redis() { # STREAM: its entries' attributes
+    local fields=() a
+    for a in "${ATTRS[@]}"; do fields+=("${REDIS_FIELD[$a]}"); done
+    redis_cli --raw XRANGE "$1" - + | awk -v fields="${fields[*]}" '
         function flush(   m, a, i, line) {
             if (!started) return
-            m = split(attrs, a, " "); line = ""
-            for (i = 1; i <= m; i++) line = line (i > 1 ? "|" : "") f["ce_" a[i]]
-            if (f["event_id"] != f["ce_id"] || f["aggregate_sequence"] != f["ce_aggregatesequence"]) line = line "|postbox fields missing"
+            m = split(fields, a, " "); line = ""
+            for (i = 1; i <= m; i++) line = line (i > 1 ? "|" : "") f[a[i]]
+            if ("ce_id" in f || "ce_type" in f || "ce_time" in f) line = line "|an attribute written twice"
             print line; delete f
         }
         state != "value" && /^[0-9]+-[0-9]+$/ { flush(); started = 1; state = "field"; next }
