@@ -61,11 +61,14 @@ static size_t plain_string_end(const char *s, size_t i)
     }
 }
 
+#define FLAT_MAX 32 /* members read in place at most; more go through the parser */
+
 /* The number of members of the object text when each is a plain string (plain_string_end),
- * else 0: then the sinks read the headers in place. */
+ * no name repeats (jansson keeps the last of a repeated name; PostgreSQL's jsonb never writes
+ * one) and there are at most FLAT_MAX; else 0: then the parser decides. */
 static unsigned flat_members(const char *s)
 {
-    size_t i = 0;
+    size_t i = 0, kpos[FLAT_MAX], klen[FLAT_MAX];
     unsigned n = 0;
     while (json_space(s[i]))
         i++;
@@ -74,8 +77,14 @@ static unsigned flat_members(const char *s)
     for (;;) {
         while (json_space(s[i]))
             i++;
-        if (s[i] != '"' || !(i = plain_string_end(s, i)))
+        size_t k = i;
+        if (s[i] != '"' || !(i = plain_string_end(s, i)) || n == FLAT_MAX)
             return 0;
+        kpos[n] = k + 1;
+        klen[n] = i - k - 2;
+        for (unsigned j = 0; j < n; j++)
+            if (klen[j] == klen[n] && memcmp(s + kpos[j], s + kpos[n], klen[n]) == 0)
+                return 0;
         while (json_space(s[i]))
             i++;
         if (s[i++] != ':')

@@ -131,6 +131,7 @@ static void flat_headers_read_in_place(void **state)
         {"{\"a\": \"x\", \"n\": 2}", "a=x;n=2;"},
         {"{\"o\": {\"p\": \"q\"}}", "o={\"p\":\"q\"};"},
         {"{\"a\": \"\\u00e9\"}", "a=\xc3\xa9;"},
+        {"{\"k\": \"a\", \"k\": \"b\"}", "k=b;"}, /* a repeated name: the parser keeps the last */
     };
     for (size_t i = 0; i < sizeof parsed / sizeof parsed[0]; i++) {
         assert_true(prepare(parsed[i][0], 2, &res, &ev));
