@@ -75,7 +75,7 @@ void pb_format_utc_us(int64_t us, char *out, size_t n)
     int64_t y;
     unsigned mo, d;
     civil_from_days(days, &y, &mo, &d);
-    if (y < 0 || y > 9999 || n < PB_UTC_TEXT_LEN) { /* years RFC 3339 cannot write, or a short out */
+    if (y < 0 || y > 9999 || n < PB_UTC_TEXT_LEN) { /* a year RFC 3339 cannot write; short out */
         snprintf(out, n, "%04lld-%02u-%02uT%02u:%02u:%02u.%06lldZ", (long long)y, mo, d,
                  (unsigned)(sod / 3600), (unsigned)(sod / 60 % 60), (unsigned)(sod % 60),
                  (long long)frac);

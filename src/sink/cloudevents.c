@@ -373,7 +373,7 @@ void pb_ce_free(pb_ce_t *ce)
 
 bool pb_ce_owns(const pb_ce_t *ce, const char *name, size_t len)
 {
-    /* every name starts with c or C (ce_, ce-, cloudEvents, content-type): most headers stop here */
+    /* every name starts with c or C (ce_, ce-, cloudEvents, content-type): most stop here */
     if (!ce || !len || (name[0] != 'c' && name[0] != 'C'))
         return false;
     for (int a = 0; a < PB_CE_NATTRS; a++)

@@ -7,25 +7,30 @@
  * of its own (no allocation per event once the buffers have grown): the sink copies them into
  * its message before asking for the next event's.
  *
- *   attribute          value                                      AMQP 0-9-1      Kafka          NATS                Redis Streams
- *   specversion        1.0                                        <p>specversion  ce_specversion ce-specversion      ce_specversion
- *   id                 event_id                                   <p>id           ce_id          ce-id               (event_id)
- *   source             relay.cloudevents_source                   <p>source       ce_source      ce-source           ce_source
- *   type               event_type                                 <p>type         ce_type        ce-type             (event_type)
- *   subject            aggregate_type/aggregate_id                <p>subject      ce_subject     ce-subject          ce_subject
- *   time               created_at, RFC 3339 UTC, microseconds     <p>time         ce_time        ce-time             (created_at)
- *   datacontenttype    application/json                           content_type    content-type   ce-datacontenttype  ce_datacontenttype
- *   traceparent        the headers' traceparent (when a string)   <p>traceparent  ce_traceparent ce-traceparent      (traceparent)
- *   tracestate         the headers' tracestate (when a string)    <p>tracestate   ce_tracestate  ce-tracestate       (tracestate)
- *   aggregatesequence  the aggregate sequence, decimal (when > 0) <p>aggr...      ce_aggr...     ce-aggr...          (aggregate_sequence)
+ *   attribute          value
+ *   specversion        1.0
+ *   id                 event_id
+ *   source             relay.cloudevents_source (default /postbox/<database>)
+ *   type               event_type
+ *   subject            aggregate_type/aggregate_id
+ *   time               created_at, RFC 3339 UTC with microseconds
+ *   datacontenttype    application/json
+ *   traceparent        the headers' traceparent, when a string (distributed tracing extension)
+ *   tracestate         the headers' tracestate, likewise, with a traceparent
+ *   aggregatesequence  the aggregate sequence in decimal, when > 0 (an extension of ours: a
+ *                      String, as CloudEvents' Integer stops at 2^31 - 1; not the `sequence`
+ *                      extension, which orders a source's events lexicographically)
  *
- * <p> is amqp.cloudevents_prefix (cloudEvents_ by default); the AMQP content_type property is the
- * sink's own. Redis Streams have no binding: postbox's mapping adds ce_ fields only for what its
- * entry does not hold already under a name of its own (in parentheses), so an entry, which lives
- * in the server's memory, carries nothing twice; the payload field is the data. NATS header values are percent-encoded as its binding asks (space, '"', '%' and
- * every byte outside printable ASCII). `aggregatesequence` is an extension attribute of ours
- * (String: CloudEvents' Integer stops at 2^31 - 1; the `sequence` extension orders within a
- * source, lexicographically, which ours does not).
+ * Names per binding:
+ *   AMQP 0-9-1  <p><attribute>, p = amqp.cloudevents_prefix (cloudEvents_ by default);
+ *               datacontenttype is the content_type property (the sink's own), not a header
+ *   Kafka       ce_<attribute>; datacontenttype as the header content-type
+ *   NATS        ce-<attribute>, every one; values percent-encoded as its binding asks (space,
+ *               '"', '%' and every byte outside printable ASCII as %XY)
+ *   Redis       no binding; postbox's mapping: fields ce_specversion, ce_source, ce_subject,
+ *               ce_datacontenttype, and the entry's own fields for the rest (event_id,
+ *               event_type, created_at, traceparent, tracestate, aggregate_sequence; payload is
+ *               the data): an entry lives in the server's memory, so nothing is written twice
  *
  * @thread loop (a sink's own, like the sink). */
 #ifndef PB_SINK_CLOUDEVENTS_H

@@ -251,7 +251,8 @@ static bool own_key(const pb_header_t *h)
 static rd_kafka_headers_t *build_headers(kafka_sink_t *s, const pb_event_t *ev, pb_result_t *res)
 {
     pb_ce_t *ce = s->base.ce;
-    rd_kafka_headers_t *h = rd_kafka_headers_new(pb_header_count(ev) + 5 + (ce ? PB_CE_NATTRS : 0));
+    size_t cap = pb_header_count(ev) + 5 + (ce ? PB_CE_NATTRS : 0);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(cap);
     pb_header_iter_t it;
     pb_header_t u;
     for (pb_header_iter_init(&it, ev); pb_header_next(&it, &u);) {
@@ -465,7 +466,8 @@ pb_status_t pb_sink_kafka_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_
     if (pb_route_check_template(cfg->kafka_topic, &why) != PB_OK)
         return pb_fail(err, PB_FATAL, "kafka.topic: %s", why.msg);
     pb_ce_t *ce = NULL;
-    if (pb_ce_wanted(cfg->kafka_cloudevents) && pb_ce_new(cfg, PB_CE_KAFKA, NULL, &ce, err) != PB_OK)
+    if (pb_ce_wanted(cfg->kafka_cloudevents) &&
+        pb_ce_new(cfg, PB_CE_KAFKA, NULL, &ce, err) != PB_OK)
         return PB_FATAL;
     kafka_sink_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);

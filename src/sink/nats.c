@@ -791,7 +791,8 @@ pb_status_t pb_sink_nats_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t
                       "until acknowledgements come back", (long long)cfg->nats_max_pending,
                  (long long)cfg->relay_batch_size);
     pb_ce_t *ce = NULL;
-    if (pb_ce_wanted(cfg->nats_cloudevents) && pb_ce_new(cfg, PB_CE_NATS, NULL, &ce, err) != PB_OK)
+    if (pb_ce_wanted(cfg->nats_cloudevents) &&
+        pb_ce_new(cfg, PB_CE_NATS, NULL, &ce, err) != PB_OK)
         return PB_FATAL;
     nats_sink_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);

@@ -428,7 +428,8 @@ pb_status_t pb_sink_redis_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_
                       "streams grow without bound");
     }
     pb_ce_t *ce = NULL;
-    if (pb_ce_wanted(cfg->redis_cloudevents) && pb_ce_new(cfg, PB_CE_REDIS, NULL, &ce, err) != PB_OK)
+    if (pb_ce_wanted(cfg->redis_cloudevents) &&
+        pb_ce_new(cfg, PB_CE_REDIS, NULL, &ce, err) != PB_OK)
         return PB_FATAL;
     redis_sink_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);
