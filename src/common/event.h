@@ -25,7 +25,11 @@ typedef struct pb_event {
                                  * (1, 2, ...), assigned in the producer's transaction; 0 when
                                  * unknown. Every sink sends it as header PB_SEQUENCE_HEADER. */
     struct json_t *header_obj;  /* headers parsed once for every sink (pb_sink_prepare), NULL
-                                 * when there are none; released by pb_sink_release */
+                                 * when there are none or they are flat; released by
+                                 * pb_sink_release */
+    unsigned flat_headers;      /* > 0: headers is an object of that many members, every one a
+                                 * string without escapes, which the sinks read in place
+                                 * (pb_header_next), with no parse tree; set by pb_sink_prepare */
 } pb_event_t;
 
 /* What happened to one event of a batch. */

@@ -15,6 +15,7 @@
 #include "common/str.h"
 #include "relay/mask.h"
 #include "relay/shadow_rules.h"
+#include "sink/cloudevents.h"
 #include "store/retention_rules.h"
 
 typedef enum opt_type { OPT_STR, OPT_ENUM, OPT_INT, OPT_MS, OPT_BOOL } opt_type_t;
@@ -455,6 +456,8 @@ pb_status_t pb_config_validate(const pb_config_t *cfg, pb_error_t *err)
     if (pb_route_check_template(cfg->amqp_routing_key, &inner) != PB_OK)
         return pb_fail(err, PB_FATAL, "amqp.routing_key: %s", inner.msg);
     if (pb_shadow_rules_check(cfg->relay_shadow, err) != PB_OK)
+        return PB_FATAL;
+    if (pb_ce_check_source(cfg->relay_cloudevents_source, err) != PB_OK)
         return PB_FATAL;
     return pb_mask_check_config(cfg, err);
 }

@@ -26,6 +26,7 @@
 #include "common/route.h"
 #include "common/str.h"
 #include "broker/amqp/url.h"
+#include "sink/cloudevents.h"
 
 #define FAC "sink.amqp"
 #define CHANNEL PB_AMQP_LINK_CHANNEL
@@ -423,70 +424,70 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
     size_t est = 8 + 14 + 1 + sizeof CONTENT_TYPE - 1 + 1 + 8 + 4;
     est += (idlen ? 1 + idlen : 0) + (typelen ? 1 + typelen : 0) + (applen ? 1 + applen : 0);
 
-    json_t *root = ev->header_obj; /* parsed by pb_sink_prepare */
-    size_t nuser = root ? json_object_size(root) : 0;
+    size_t nuser = pb_header_count(ev); /* kept or parsed by pb_sink_prepare */
+    pb_ce_t *ce = s->base.ce;
 
-    amqp_table_entry_t *e = amqp_pool_alloc(&s->pool, sizeof *e * (nuser + 3));
+    amqp_table_entry_t *e = amqp_pool_alloc(&s->pool, sizeof *e * (nuser + 3 + PB_CE_NATTRS));
     if (!e) {
         pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
         return false;
     }
     size_t k = 0;
-    if (root) {
-        const char *key;
-        json_t *v;
-        json_object_foreach(root, key, v) {
-            size_t klen = strlen(key);
-            if (strcmp(key, "aggregate_type") == 0 || strcmp(key, "aggregate_id") == 0 ||
-                strcmp(key, PB_SEQUENCE_HEADER) == 0)
-                continue; /* ours, from the row, win */
-            if (klen > SHORTSTR_MAX) {
-                pb_result_setf(res, PB_OUT_REJECT, "header name \"%.40s...\" longer than 255 bytes",
-                            key);
+    pb_header_iter_t it;
+    pb_header_t h;
+    for (pb_header_iter_init(&it, ev); pb_header_next(&it, &h);) {
+        if (pb_header_is(&h, "aggregate_type") || pb_header_is(&h, "aggregate_id") ||
+            pb_header_is(&h, PB_SEQUENCE_HEADER) || pb_ce_owns(ce, h.key, h.klen))
+            continue; /* ours, from the row, win */
+        if (h.klen > SHORTSTR_MAX) {
+            pb_result_setf(res, PB_OUT_REJECT, "header name \"%.40s...\" longer than 255 bytes",
+                           h.key);
+            goto reject;
+        }
+        e[k].key = cbytes(h.key, h.klen);
+        est += 1 + h.klen + 1;
+        if (h.val) { /* a string */
+            e[k].value.kind = AMQP_FIELD_KIND_UTF8;
+            e[k].value.value.bytes = cbytes(h.val, h.vlen);
+            est += 4 + h.vlen;
+            k++;
+            continue;
+        }
+        const json_t *v = h.json;
+        switch (json_typeof(v)) {
+        case JSON_INTEGER:
+            e[k].value.kind = AMQP_FIELD_KIND_I64;
+            e[k].value.value.i64 = (int64_t)json_integer_value(v);
+            est += 8;
+            break;
+        case JSON_TRUE:
+        case JSON_FALSE:
+            e[k].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+            e[k].value.value.boolean = json_is_true(v);
+            est += 1;
+            break;
+        default: { /* objects, arrays, reals, null: their compact JSON text */
+            char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+            if (!txt) {
+                pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
                 goto reject;
             }
-            e[k].key = cbytes(key, klen);
-            est += 1 + klen + 1;
-            switch (json_typeof(v)) {
-            case JSON_STRING:
-                e[k].value.kind = AMQP_FIELD_KIND_UTF8;
-                e[k].value.value.bytes = cbytes(json_string_value(v), json_string_length(v));
-                est += 4 + json_string_length(v);
-                break;
-            case JSON_INTEGER:
-                e[k].value.kind = AMQP_FIELD_KIND_I64;
-                e[k].value.value.i64 = (int64_t)json_integer_value(v);
-                est += 8;
-                break;
-            case JSON_TRUE:
-            case JSON_FALSE:
-                e[k].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-                e[k].value.value.boolean = json_is_true(v);
-                est += 1;
-                break;
-            default: { /* objects, arrays, reals, null: their compact JSON text */
-                char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-                if (!txt) {
-                    pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
-                    goto reject;
-                }
-                size_t tl = strlen(txt);
-                char *copy = amqp_pool_alloc(&s->pool, tl + 1);
-                if (copy)
-                    memcpy(copy, txt, tl + 1);
-                free(txt);
-                if (!copy) {
-                    pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
-                    goto reject;
-                }
-                e[k].value.kind = AMQP_FIELD_KIND_UTF8;
-                e[k].value.value.bytes = cbytes(copy, tl);
-                est += 4 + tl;
-                break;
+            size_t tl = strlen(txt);
+            char *copy = amqp_pool_alloc(&s->pool, tl + 1);
+            if (copy)
+                memcpy(copy, txt, tl + 1);
+            free(txt);
+            if (!copy) {
+                pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
+                goto reject;
             }
-            }
-            k++;
+            e[k].value.kind = AMQP_FIELD_KIND_UTF8;
+            e[k].value.value.bytes = cbytes(copy, tl);
+            est += 4 + tl;
+            break;
         }
+        }
+        k++;
     }
     static const char *const own[2] = {"aggregate_type", "aggregate_id"};
     const char *vals[2] = {ev->aggregate_type, ev->aggregate_id};
@@ -506,6 +507,17 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
         e[k].value.value.i64 = ev->sequence;
         est += 1 + e[k].key.len + 1 + 8;
         k++;
+    }
+    if (ce) { /* CloudEvents: strings in ce's buffers, valid until the next event's */
+        pb_ce_attr_t attrs[PB_CE_NATTRS];
+        size_t na = pb_ce_attrs(ce, ev, attrs);
+        for (size_t a = 0; a < na; a++) {
+            e[k].key = cbytes(attrs[a].name, attrs[a].name_len);
+            e[k].value.kind = AMQP_FIELD_KIND_UTF8;
+            e[k].value.value.bytes = cbytes(attrs[a].value, attrs[a].len);
+            est += 1 + attrs[a].name_len + 1 + 4 + attrs[a].len;
+            k++;
+        }
     }
     if (est > frame_max) {
         /* rabbitmq-c would fail half-way through the frames and break the connection */
@@ -683,6 +695,7 @@ static void sink_free(pb_sink_t *snk)
     pb_amqp_link_close(&s->link);
     pb_amqp_url_free(&s->url);
     empty_amqp_pool(&s->pool);
+    pb_ce_free(s->base.ce);
     free(s->slot_event);
     free(s->slot_done);
     free(s);
@@ -710,13 +723,20 @@ pb_status_t pb_sink_amqp_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t
     if (pb_route_check_template(cfg->amqp_routing_key, &why) != PB_OK)
         return pb_fail(err, PB_FATAL, "amqp.routing_key: %s", why.msg);
 
+    pb_ce_t *ce = NULL;
+    if (pb_ce_wanted(cfg->amqp_cloudevents) &&
+        pb_ce_new(cfg, PB_CE_AMQP, cfg->amqp_cloudevents_prefix, &ce, err) != PB_OK)
+        return PB_FATAL;
+
     amqp_sink_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);
     pb_status_t st = pb_amqp_url_parse(cfg->amqp_url, &s->url, err);
     if (st != PB_OK) {
+        pb_ce_free(ce);
         free(s);
         return st;
     }
+    s->base.ce = ce;
     s->base.ops = &amqp_ops;
     s->base.cfg = cfg;
     pb_amqp_url_where(&s->url, s->where, sizeof s->where);

@@ -32,6 +32,7 @@
 #include "common/route.h"
 #include "common/str.h"
 #include "metrics/metrics.h"
+#include "sink/cloudevents.h"
 
 #define FAC "sink.kafka"
 #define TOPIC_MAX 250       /* Kafka's limit is 249 bytes */
@@ -238,39 +239,37 @@ static bool sink_check(pb_sink_t *snk, const pb_event_t *ev, pb_result_t *res)
     return true;
 }
 
-static bool own_key(const char *k)
+static bool own_key(const pb_header_t *h)
 {
-    return strcmp(k, "event_id") == 0 || strcmp(k, "event_type") == 0 ||
-           strcmp(k, "aggregate_type") == 0 || strcmp(k, "aggregate_id") == 0 ||
-           strcmp(k, PB_SEQUENCE_HEADER) == 0;
+    return pb_header_is(h, "event_id") || pb_header_is(h, "event_type") ||
+           pb_header_is(h, "aggregate_type") || pb_header_is(h, "aggregate_id") ||
+           pb_header_is(h, PB_SEQUENCE_HEADER);
 }
 
 /* The message's headers: the event's JSON headers (strings as they are, anything else as its
  * compact JSON text), then postbox's own, which win over a header of the same name. */
 static rd_kafka_headers_t *build_headers(kafka_sink_t *s, const pb_event_t *ev, pb_result_t *res)
 {
-    size_t nuser = ev->header_obj ? json_object_size(ev->header_obj) : 0;
-    rd_kafka_headers_t *h = rd_kafka_headers_new(nuser + 5);
-    if (ev->header_obj) {
-        const char *key;
-        json_t *v;
-        json_object_foreach(ev->header_obj, key, v) {
-            if (own_key(key))
-                continue;
-            if (json_is_string(v)) {
-                rd_kafka_header_add(h, key, -1, json_string_value(v),
-                                    (ssize_t)json_string_length(v));
-                continue;
-            }
-            char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-            if (!txt) {
-                pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
-                rd_kafka_headers_destroy(h);
-                return NULL;
-            }
-            rd_kafka_header_add(h, key, -1, txt, -1);
-            free(txt);
+    pb_ce_t *ce = s->base.ce;
+    size_t cap = pb_header_count(ev) + 5 + (ce ? PB_CE_NATTRS : 0);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(cap);
+    pb_header_iter_t it;
+    pb_header_t u;
+    for (pb_header_iter_init(&it, ev); pb_header_next(&it, &u);) {
+        if (own_key(&u) || pb_ce_owns(ce, u.key, u.klen))
+            continue;
+        if (u.val) {
+            rd_kafka_header_add(h, u.key, (ssize_t)u.klen, u.val, (ssize_t)u.vlen);
+            continue;
         }
+        char *txt = json_dumps(u.json, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!txt) {
+            pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
+            rd_kafka_headers_destroy(h);
+            return NULL;
+        }
+        rd_kafka_header_add(h, u.key, (ssize_t)u.klen, txt, -1);
+        free(txt);
     }
     const char *keys[4] = {"event_id", "event_type", "aggregate_type", "aggregate_id"};
     const char *vals[4] = {ev->event_id, ev->event_type, ev->aggregate_type, ev->aggregate_id};
@@ -281,6 +280,13 @@ static rd_kafka_headers_t *build_headers(kafka_sink_t *s, const pb_event_t *ev, 
         pb_buf_reset(&s->scratch);
         pb_buf_printf(&s->scratch, "%lld", (long long)ev->sequence);
         rd_kafka_header_add(h, PB_SEQUENCE_HEADER, -1, s->scratch.data, (ssize_t)s->scratch.len);
+    }
+    if (ce) { /* CloudEvents (Kafka binding): rd_kafka_header_add copies names and values */
+        pb_ce_attr_t attrs[PB_CE_NATTRS];
+        size_t na = pb_ce_attrs(ce, ev, attrs);
+        for (size_t a = 0; a < na; a++)
+            rd_kafka_header_add(h, attrs[a].name, (ssize_t)attrs[a].name_len, attrs[a].value,
+                                (ssize_t)attrs[a].len);
     }
     return h;
 }
@@ -437,6 +443,7 @@ static void sink_free(pb_sink_t *snk)
     kafka_sink_t *s = (kafka_sink_t *)snk;
     drop_producer(s);
     pb_buf_free(&s->scratch);
+    pb_ce_free(s->base.ce);
     free(s);
 }
 
@@ -458,10 +465,15 @@ pb_status_t pb_sink_kafka_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_
     pb_error_t why;
     if (pb_route_check_template(cfg->kafka_topic, &why) != PB_OK)
         return pb_fail(err, PB_FATAL, "kafka.topic: %s", why.msg);
+    pb_ce_t *ce = NULL;
+    if (pb_ce_wanted(cfg->kafka_cloudevents) &&
+        pb_ce_new(cfg, PB_CE_KAFKA, NULL, &ce, err) != PB_OK)
+        return PB_FATAL;
     kafka_sink_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);
     s->base.ops = &kafka_ops;
     s->base.cfg = cfg;
+    s->base.ce = ce;
     /* every property is checked now, so a mistake stops the relay at once */
     pb_status_t st = make_producer(s, err);
     if (st != PB_OK) {

@@ -55,6 +55,7 @@
 #include "broker/nats/conn.h"
 #include "common/route.h"
 #include "common/str.h"
+#include "sink/cloudevents.h"
 #include "sink/nats_ack.h"
 
 #define FAC "sink.nats"
@@ -101,6 +102,7 @@ typedef struct nats_sink {
     int64_t max_payload;
     pb_nats_stream_desc_t stream;
     pb_buf_t scratch; /* header values */
+    pb_buf_t keybuf;  /* header names */
 
     /* the open batch, shared with on_ack; @locks mu */
     pthread_mutex_t mu;
@@ -260,66 +262,74 @@ static pb_status_t sink_connect(pb_sink_t *snk, pb_error_t *err)
 
 /* ---- publishing ----------------------------------------------------------------------------- */
 
-static bool header_key_valid(const char *k)
+static bool header_key_valid(const char *k, size_t len)
 {
-    if (!*k)
+    if (!len)
         return false;
-    for (const unsigned char *p = (const unsigned char *)k; *p; p++)
-        if (*p <= ' ' || *p >= 0x7f || *p == ':')
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)k[i];
+        if (c <= ' ' || c >= 0x7f || c == ':')
             return false;
+    }
     return true;
 }
 
-static bool own_key(const char *k)
+static bool own_key(const pb_header_t *h)
 {
-    return strcmp(k, "event_type") == 0 || strcmp(k, "aggregate_type") == 0 ||
-           strcmp(k, "aggregate_id") == 0 || strcmp(k, PB_SEQUENCE_HEADER) == 0 ||
-           strncasecmp(k, "Nats-", 5) == 0;
+    return pb_header_is(h, "event_type") || pb_header_is(h, "aggregate_type") ||
+           pb_header_is(h, "aggregate_id") || pb_header_is(h, PB_SEQUENCE_HEADER) ||
+           (h->klen >= 5 && strncasecmp(h->key, "Nats-", 5) == 0);
+}
+
+/* s as a C string: itself when s[len] ends it, else a copy in b. */
+static const char *c_string(pb_buf_t *b, const char *s, size_t len)
+{
+    if (s[len] == '\0')
+        return s;
+    pb_buf_reset(b);
+    pb_buf_append(b, s, len);
+    return b->data;
 }
 
 /* The event's JSON headers as NATS headers: strings as they are (JSON-encoded when they hold a
  * line break, which a NATS header cannot), anything else as its compact JSON text. */
 static bool add_user_headers(nats_sink_t *s, natsMsg *m, const pb_event_t *ev, pb_result_t *res)
 {
-    json_t *root = ev->header_obj; /* parsed by pb_sink_prepare */
-    if (!root)
-        return true;
-    const char *key;
-    json_t *v;
-    bool ok = true;
-    json_object_foreach(root, key, v) {
-        if (own_key(key))
+    pb_header_iter_t it;
+    pb_header_t h;
+    for (pb_header_iter_init(&it, ev); pb_header_next(&it, &h);) {
+        if (own_key(&h) || pb_ce_owns(s->base.ce, h.key, h.klen))
             continue; /* ours, from the row, win; Nats-* would change JetStream's handling */
-        if (!header_key_valid(key)) {
-            pb_result_setf(res, PB_OUT_REJECT, "header name \"%.60s\" is not a valid NATS header "
-                                            "name (printable ASCII without ':' or blanks)", key);
-            ok = false;
-            break;
+        if (!header_key_valid(h.key, h.klen)) {
+            pb_result_setf(res, PB_OUT_REJECT, "header name \"%.*s\" is not a valid NATS header "
+                                               "name (printable ASCII without ':' or blanks)",
+                           (int)(h.klen < 60 ? h.klen : 60), h.key);
+            return false;
         }
-        pb_buf_reset(&s->scratch);
         const char *val;
-        if (json_is_string(v) && !strpbrk(json_string_value(v), "\r\n") &&
-            strlen(json_string_value(v)) == json_string_length(v)) {
-            val = json_string_value(v);
-        } else {
-            char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (h.val && !memchr(h.val, '\r', h.vlen) && !memchr(h.val, '\n', h.vlen) &&
+            !memchr(h.val, '\0', h.vlen)) {
+            val = c_string(&s->scratch, h.val, h.vlen); /* a flat header's value ends in '"' */
+        } else { /* only parsed headers get here: a flat one is a plain string */
+            char *txt = json_dumps(h.json, JSON_COMPACT | JSON_ENCODE_ANY);
             if (!txt) {
                 pb_result_set(res, PB_OUT_RETRY, "out of memory building message headers");
-                ok = false;
-                break;
+                return false;
             }
+            pb_buf_reset(&s->scratch);
             pb_buf_puts(&s->scratch, txt);
             free(txt);
             val = s->scratch.data;
         }
+        const char *key = c_string(&s->keybuf, h.key, h.klen);
         natsStatus ns = natsMsgHeader_Set(m, key, val);
         if (ns != NATS_OK) {
-            pb_result_setf(res, PB_OUT_REJECT, "header \"%.60s\": %s", key, natsStatus_GetText(ns));
-            ok = false;
-            break;
+            pb_result_setf(res, PB_OUT_REJECT, "header \"%.60s\": %s", key,
+                           natsStatus_GetText(ns));
+            return false;
         }
     }
-    return ok;
+    return true;
 }
 
 /* The checks that need no connection: subject and size. Fills subj (SUBJECT_MAX). */
@@ -390,6 +400,26 @@ static natsMsg *build_msg(nats_sink_t *s, const pb_event_t *ev, const char *subj
             pb_result_setf(res, PB_OUT_REJECT, "header %s: %s", keys[k], natsStatus_GetText(ns));
             natsMsg_Destroy(m);
             return NULL;
+        }
+    }
+    if (s->base.ce) { /* CloudEvents (NATS binding): values percent-encoded, so one line each */
+        pb_ce_attr_t attrs[PB_CE_NATTRS];
+        size_t na = pb_ce_attrs(s->base.ce, ev, attrs);
+        for (size_t a = 0; a < na; a++) {
+            /* natsMsgHeader_Set takes C strings (and copies them); every value lies in a
+             * NUL-terminated text, most of them at its end */
+            const char *val = attrs[a].value;
+            if (val[attrs[a].len] != '\0') {
+                pb_buf_reset(&s->scratch);
+                pb_buf_append(&s->scratch, attrs[a].value, attrs[a].len);
+                val = s->scratch.data;
+            }
+            if ((ns = natsMsgHeader_Set(m, attrs[a].name, val)) != NATS_OK) {
+                pb_result_setf(res, PB_OUT_REJECT, "header %s: %s", attrs[a].name,
+                               natsStatus_GetText(ns));
+                natsMsg_Destroy(m);
+                return NULL;
+            }
         }
     }
     if (!add_user_headers(s, m, ev, res)) {
@@ -697,6 +727,8 @@ static void sink_free(pb_sink_t *snk)
     drop_connection(s);
     pb_nats_stream_desc_free(&s->stream);
     pb_buf_free(&s->scratch);
+    pb_buf_free(&s->keybuf);
+    pb_ce_free(s->base.ce);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -727,10 +759,15 @@ pb_status_t pb_sink_nats_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t
         log_info(FAC, "nats.max_pending %lld is below relay.batch_size %lld: publishing stalls "
                       "until acknowledgements come back", (long long)cfg->nats_max_pending,
                  (long long)cfg->relay_batch_size);
+    pb_ce_t *ce = NULL;
+    if (pb_ce_wanted(cfg->nats_cloudevents) &&
+        pb_ce_new(cfg, PB_CE_NATS, NULL, &ce, err) != PB_OK)
+        return PB_FATAL;
     nats_sink_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);
     s->base.ops = &nats_ops;
     s->base.cfg = cfg;
+    s->base.ce = ce;
     s->max_payload = DEFAULT_MAX_PAYLOAD;
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;

@@ -5,7 +5,8 @@
  *
  * Entry fields: event_id, event_type, aggregate_type, aggregate_id, payload, headers (JSON text),
  * created_at (ISO 8601, UTC, microseconds) and PB_SEQUENCE_HEADER when the event has a sequence.
- * The source (source/redis.c) reads the same names.
+ * The source (source/redis.c) reads the same names. With redis.cloudevents = binary the
+ * CloudEvents attributes follow as fields ce_id, ce_type, ... (sink/cloudevents.h).
  *
  * Every XADD carries the stream's bound, MAXLEN ~ redis.max_len or MINID ~ (now -
  * redis.max_age): a stream without one is refused at start unless redis.allow_unlimited.
@@ -37,6 +38,7 @@
 #include "common/route.h"
 #include "common/str.h"
 #include "metrics/metrics.h"
+#include "sink/cloudevents.h"
 
 #define FAC "sink.redis"
 #define STREAM_MAX 1024
@@ -44,7 +46,7 @@
 #define IDLE_PING_MS 10000
 #define IDMP_MAJOR 8 /* XADD ... IDMP (idempotent production) exists from Redis 8.6 */
 #define IDMP_MINOR 6
-#define XADD_ARGS_MAX 26
+#define XADD_ARGS_MAX (26 + 2 * PB_CE_NATTRS)
 #define SAMPLED_STREAMS 64 /* streams whose length /metrics shows, at most */
 
 typedef struct redis_sink {
@@ -239,6 +241,14 @@ static bool append_xadd(redis_sink_t *s, const pb_event_t *ev, const char *strea
         STR_ARG(trace_keys[k]);
         ARG(val + 1, vlen - 2);
     }
+    if (s->base.ce) { /* CloudEvents, postbox's mapping: hiredis copies every argument */
+        pb_ce_attr_t attrs[PB_CE_NATTRS];
+        size_t na = pb_ce_attrs(s->base.ce, ev, attrs);
+        for (size_t a = 0; a < na; a++) {
+            ARG(attrs[a].name, attrs[a].name_len);
+            ARG(attrs[a].value, attrs[a].len);
+        }
+    }
 #undef STR_ARG
 #undef ARG
     PB_ASSERT(argc <= XADD_ARGS_MAX);
@@ -379,6 +389,7 @@ static void sink_free(pb_sink_t *snk)
     drop_connection(s);
     for (size_t i = 0; i < s->nwritten; i++)
         free(s->written[i]);
+    pb_ce_free(s->base.ce);
     free(s);
 }
 
@@ -416,10 +427,15 @@ pb_status_t pb_sink_redis_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_
         log_warn(FAC, "redis.allow_unlimited: entries are added without MAXLEN or MINID, the "
                       "streams grow without bound");
     }
+    pb_ce_t *ce = NULL;
+    if (pb_ce_wanted(cfg->redis_cloudevents) &&
+        pb_ce_new(cfg, PB_CE_REDIS, NULL, &ce, err) != PB_OK)
+        return PB_FATAL;
     redis_sink_t *s = pb_malloc(sizeof *s);
     memset(s, 0, sizeof *s);
     s->base.ops = &redis_ops;
     s->base.cfg = cfg;
+    s->base.ce = ce;
     snprintf(s->srv.where, sizeof s->srv.where, "(not connected)");
     *out = &s->base;
     return PB_OK;

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "common/err.h"
 #include "common/event.h"
@@ -69,10 +70,14 @@ typedef struct pb_sink_ops {
     void (*free)(pb_sink_t *snk);
 } pb_sink_ops_t;
 
+struct pb_ce;
+
 /* Every implementation embeds this header first in its own struct. */
 struct pb_sink {
     const pb_sink_ops_t *ops;
     const pb_config_t *cfg; /* borrowed; outlives the sink */
+    struct pb_ce *ce;       /* CloudEvents binary content mode (<sink>.cloudevents = binary;
+                             * sink/cloudevents.h), NULL when off; owned by the sink */
 };
 
 /* Sets a result's outcome and reason (NULL: none); the reason is cut to fit. */
@@ -83,13 +88,49 @@ void pb_result_setf(pb_result_t *r, pb_outcome_t outcome, const char *fmt, ...) 
 pb_status_t pb_sink_new(const pb_config_t *cfg, pb_sink_t **out, pb_error_t *err) PB_MUSTCHECK;
 
 /* Readies one event for the sink, once, before its batch is sent: parses its JSON headers into
- * ev->header_obj (what every sink reads) and runs the sink's check. Returns false with result
- * set to PB_OUT_REJECT and the reason when the event can never be published (headers that are
- * not a JSON object, too large, unroutable). */
+ * ev->header_obj (what every sink reads), checks that it makes a CloudEvent when the sink sends
+ * CloudEvents, and runs the sink's check. Returns false with result set to PB_OUT_REJECT and the
+ * reason when the event can never be published (headers that are not a JSON object, too large,
+ * unroutable). */
 bool pb_sink_prepare(pb_sink_t *snk, pb_event_t *ev, pb_result_t *result);
 
 /* Releases what pb_sink_prepare attached to the event (accepts an event never prepared). */
 void pb_sink_release(pb_event_t *ev);
+
+/* One of an event's own headers (its JSON headers), as pb_header_next gives them to a sink. */
+typedef struct pb_header {
+    const char *key;            /* not NUL-terminated in general: key[klen] is readable */
+    size_t klen;
+    const char *val;            /* a string value's bytes (val[vlen] readable), NULL when the
+                                 * value is not a string */
+    size_t vlen;
+    const struct json_t *json;  /* the value, when the headers were parsed into a tree (not
+                                 * flat); always set for a value that is not a string */
+} pb_header_t;
+
+typedef struct pb_header_iter {
+    const pb_event_t *ev;
+    size_t pos;                 /* flat: offset into ev->headers */
+    void *jit;                  /* parsed: the jansson iterator */
+} pb_header_iter_t;
+
+/* Iterates the headers of a prepared event in their order, whichever way pb_sink_prepare kept
+ * them: for (pb_header_iter_init(&it, ev); pb_header_next(&it, &h);) ... */
+void pb_header_iter_init(pb_header_iter_t *it, const pb_event_t *ev);
+bool pb_header_next(pb_header_iter_t *it, pb_header_t *h);
+
+/* How many headers a prepared event has. */
+size_t pb_header_count(const pb_event_t *ev);
+
+/* Whether h is named `name` (exactly). */
+static inline bool pb_header_is(const pb_header_t *h, const char *name)
+{
+    return strlen(name) == h->klen && memcmp(h->key, name, h->klen) == 0;
+}
+
+/* The string header `key` of a prepared event: *val and *len, false when it has none or it is
+ * not a string. */
+bool pb_header_string(const pb_event_t *ev, const char *key, const char **val, size_t *len);
 
 /* Publishes a batch and waits for it: send, then await when send returned PB_OK. */
 pb_status_t pb_sink_publish(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *err) PB_MUSTCHECK;

@@ -13,11 +13,11 @@
  *       deletes the durable consumer (no error when it does not exist)
  *   nats-tool consumer-info URL STREAM DURABLE
  *       one line: pending=P ack_pending=A redelivered=R waiting=W
- *   nats-tool drain URL STREAM SUBJECT [--expect N] [--idle-ms MS] [--timeout-s S] [--header H]
+ *   nats-tool drain URL STREAM SUBJECT [--expect N] [--idle-ms MS] [--timeout-s S] [--header H]...
  *       reads the stream from its first message with an ordered consumer (the stream keeps its
  *       messages) filtered by SUBJECT (">" for all); one line per message:
  *       Nats-Msg-Id TAB event_type TAB subject TAB aggregate_type TAB aggregate_id TAB body
- *       [TAB the value of header H]
+ *       [TAB the value of header H, for each --header in order (at most 16)]
  *       (headers; tabs and newlines inside fields become spaces). Stops once at least N
  *       messages arrived and none arrived for MS milliseconds; exit 1 when S seconds pass first
  *   nats-tool publish URL SUBJECT MSGID TYPE BODY [COUNT]
@@ -203,7 +203,8 @@ static int cmd_drain(int argc, char **argv)
         die("usage: drain URL STREAM SUBJECT [--expect N] [--idle-ms MS] [--timeout-s S] "
             "[--header NAME]");
     long expect = 0, idle_ms = 2000, timeout_s = 300;
-    const char *extra = NULL;
+    const char *extra[16];
+    int nextra = 0;
     for (int i = 3; i < argc; i++) {
         if (i + 1 >= argc)
             die("%s needs a value", argv[i]);
@@ -213,8 +214,8 @@ static int cmd_drain(int argc, char **argv)
             idle_ms = parse_long(argv[++i], "--idle-ms", 1, 3600000);
         else if (!strcmp(argv[i], "--timeout-s"))
             timeout_s = parse_long(argv[++i], "--timeout-s", 1, 86400);
-        else if (!strcmp(argv[i], "--header"))
-            extra = argv[++i];
+        else if (!strcmp(argv[i], "--header") && nextra < 16)
+            extra[nextra++] = argv[++i];
         else
             die("unknown option %s", argv[i]);
     }
@@ -255,9 +256,9 @@ static int cmd_drain(int argc, char **argv)
         put_header(m, "aggregate_id");
         putchar('\t');
         put_field(natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m));
-        if (extra) {
+        for (int k = 0; k < nextra; k++) {
             putchar('\t');
-            put_header(m, extra);
+            put_header(m, extra[k]);
         }
         putchar('\n');
         natsMsg_Destroy(m);

@@ -162,7 +162,39 @@ static void validate_cross_checks(void **state)
     assert_int_equal(pb_config_set(&cfg, "amqp.routing_key", "{aggregate}.x", PB_CFG_CLI, &err), PB_OK);
     assert_int_equal(pb_config_validate(&cfg, &err), PB_FATAL);
     assert_non_null(strstr(err.msg, "amqp.routing_key"));
+    assert_int_equal(pb_config_set(&cfg, "amqp.routing_key", "{aggregate_type}", PB_CFG_CLI, &err), PB_OK);
+
+    /* the CloudEvents source must be a URI-reference; the sink options take off|binary only */
+    assert_int_equal(pb_config_set(&cfg, "relay.cloudevents_source", "my shop", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_validate(&cfg, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "relay.cloudevents_source \"my shop\" is not a URI-reference"));
+    assert_int_equal(pb_config_set(&cfg, "relay.cloudevents_source", "urn:example:shop", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_validate(&cfg, &err), PB_OK);
+    assert_int_equal(pb_config_set(&cfg, "kafka.cloudevents", "structured", PB_CFG_CLI, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "off|binary"));
+    assert_int_equal(pb_config_set(&cfg, "amqp.cloudevents_prefix", "cloudEvents:", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_set(&cfg, "amqp.cloudevents_prefix", "ce_", PB_CFG_CLI, &err), PB_FATAL);
     pb_config_free(&cfg);
+}
+
+/* inih (Debian's, INI_MAX_LINE 200) cuts longer lines and reads the rest as a line of its own:
+ * the sample file, every option's doc on one comment line, must stay loadable. */
+static void sample_lines_fit_inih(void **state)
+{
+    (void)state;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    pb_config_write_sample(f);
+    fclose(f);
+    for (char *line = text, *nl; *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        assert_non_null(nl);
+        if (nl - line >= 199)
+            fail_msg("sample line of %d bytes (inih reads at most 199): %.60s...", (int)(nl - line), line);
+    }
+    free(text);
 }
 
 static void write_hides_passwords(void **state)
@@ -239,6 +271,7 @@ int main(void)
         cmocka_unit_test(file_loads_and_reports_lines),
         cmocka_unit_test(env_overrides_file),
         cmocka_unit_test(validate_cross_checks),
+        cmocka_unit_test(sample_lines_fit_inih),
         cmocka_unit_test(write_hides_passwords),
         cmocka_unit_test(write_hides_secrets_in_any_value),
     };
