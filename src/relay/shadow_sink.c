@@ -54,8 +54,11 @@ static bool copy_make(const pb_shadow_rule_t *rule, const pb_event_t *ev, shadow
                                          "bytes", rule->destination, SHADOW_DEST_MAX - 1);
         return false;
     }
-    /* a shallow copy: the values are shared, only the new member is ours */
-    json_t *h = ev->header_obj ? json_copy(ev->header_obj) : json_object();
+    /* a shallow copy: the values are shared, only the new member is ours; flat headers
+     * (read in place by the sinks, no tree) are parsed here, for the copy only */
+    json_t *h = ev->header_obj  ? json_copy(ev->header_obj)
+                : ev->flat_headers ? json_loads(ev->headers, 0, NULL)
+                                   : json_object();
     if (!h || json_object_set_new(h, PB_SHADOW_HEADER, json_string("true")) != 0 ||
         !(c->headers = json_dumps(h, JSON_COMPACT))) {
         json_decref(h);
@@ -67,6 +70,7 @@ static bool copy_make(const pb_shadow_rule_t *rule, const pb_event_t *ev, shadow
     copy->destination = c->destination;
     copy->headers = c->headers;
     copy->header_obj = h;
+    copy->flat_headers = 0; /* the copy's headers are the tree h */
     return true;
 }
 

@@ -23,7 +23,7 @@ wait_until "(( \$(attempts) >= 2 ))" 30 || fail "the event was not retried (rela
 (($(count "$PB_QUEUE") >= 1)) || fail "the normal destination got nothing"
 # both copies carry the event's id as message_id, so the broker's return may be put down to
 # either: the event's outcome (retry) is the same, and the reason names the routing key
-grep -q 'failed: .*routing_key=shadow.order.paid.v1' "$PB_RELAY_LOG" ||
+grep -q 'publish failed.*routing_key=shadow.order.paid.v1' "$PB_RELAY_LOG" ||
     fail "the retry does not say that the shadow copy failed: $(tail -n 3 "$PB_RELAY_LOG")"
 amqp_tool setup "$POSTBOX_AMQP_URL" "$POSTBOX_AMQP_EXCHANGE" "$SHADOW_Q" 'shadow.#' || fail "setup $SHADOW_Q"
 wait_until "[[ \$(published_count) == 1 ]]" 30 || fail "not published once the shadow copy could be routed"
