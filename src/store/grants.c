@@ -122,6 +122,9 @@ void pb_grants_write(FILE *out, const pb_config_t *cfg)
     if (cdc) {
         /* The name reaches the DO block through a setting, never inside its body: whatever it
          * holds (a "$$" would end the body) it cannot become a statement of the script. */
+        fputs("-- cdc: the position the relay confirmed on its slot (`postbox cdc drop-slot` deletes it)\n"
+              "GRANT SELECT, INSERT, UPDATE, DELETE ON postbox.cdc_slot_positions TO " PB_ROLE_RELAY ";\n",
+              out);
         fputs("-- cdc: the publication the relay streams (creating it needs the outbox's owner)\n"
               "SET postbox.publication = ",
               out);
