@@ -214,7 +214,8 @@ static pb_status_t connect_conn(cdc_capture_t *r, pb_error_t *err)
 
 static pb_status_t open_stream(cdc_capture_t *r, pb_error_t *err)
 {
-    pb_status_t st = pb_cdc_stream_open(&r->stream, r->base.cfg, err);
+    bool create = r->base.cfg->cdc_create_slot && !r->guard.have_record;
+    pb_status_t st = pb_cdc_stream_open(&r->stream, r->base.cfg, create, err);
     if (st == PB_OK) {
         r->streaming = true;
         r->said_standby = false;
@@ -595,8 +596,15 @@ static pb_status_t cdc_connect(pb_capture_t *cap, pb_error_t *err)
         return st;
     if (r->streaming)
         return PB_OK;
-    if ((st = check_slot(r, false, err)) != PB_OK || (st = open_stream(r, err)) != PB_OK)
+    if ((st = check_slot(r, false, err)) != PB_OK)
         return st;
+    if ((st = open_stream(r, err)) != PB_OK) {
+        /* dropped after the check: say so, not merely that it does not exist */
+        pb_error_t why;
+        if (st == PB_FATAL && check_slot(r, false, &why) == PB_FATAL)
+            *err = why;
+        return st;
+    }
     if ((st = check_slot(r, true, err)) != PB_OK)
         close_stream(r);
     return st;

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# An idle outbox on a busy database: while another table takes ~10,000 rows a second for 20 s
+# (a procedure committing 100 rows every 10 ms in a session of its own) and nothing is written to
+# the outbox, the cdc relay keeps its slot moving, so the slot's lag (current WAL position -
+# confirmed_flush_lsn) stays under LAG_BOUND. Without the idle advance (confirming the
+# keepalive's WAL end between transactions) the lag would grow with all the WAL written.
+source "$(dirname "$0")/lib.sh"
+
+SECONDS_BUSY=20
+ROWS_PER_TICK=100 # every 10 ms: 10,000 rows a second
+LAG_BOUND=$((4 * 1024 * 1024))
+
+pb_init
+setup_queue '#'
+cdc_use_slot
+psql_q "CREATE TABLE public.busy (id bigserial PRIMARY KEY, v int NOT NULL, at timestamptz NOT NULL DEFAULT now());
+CREATE PROCEDURE public.churn(secs int, per_tick int) LANGUAGE plpgsql AS \$\$
+DECLARE
+    t0 timestamptz := clock_timestamp();
+    tick int := 0;
+BEGIN
+    WHILE clock_timestamp() < t0 + make_interval(secs => secs) LOOP
+        INSERT INTO public.busy (v) SELECT g FROM generate_series(1, per_tick) g;
+        COMMIT;
+        tick := tick + 1;
+        -- paced to the clock, so a slow tick is caught up by the next ones
+        PERFORM pg_sleep(greatest(0, extract(epoch FROM t0 + tick * interval '10 ms' - clock_timestamp())));
+    END LOOP;
+END
+\$\$" >/dev/null
+
+start_cdc_relay --set cdc.lag_interval=1s
+# a first event, so the slot has something to confirm past its creation point
+enqueue_seq 1 1 1
+cdc_wait_caught_up 30
+
+start_lsn=$(psql_q "SELECT pg_current_wal_lsn()")
+psql -XAtq -d "$POSTBOX_PG_DSN" -c "CALL public.churn($SECONDS_BUSY, $ROWS_PER_TICK)" &
+churn_pid=$!
+PB_PIDS+=("$churn_pid")
+max_lag=0 samples=0 sum=0
+while pid_alive "$churn_pid"; do
+    lag=$(psql_q "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = '$POSTBOX_CDC_SLOT'")
+    [[ -n $lag ]] || fail "slot $POSTBOX_CDC_SLOT is gone"
+    ((lag > max_lag)) && max_lag=$lag
+    samples=$((samples + 1)) sum=$((sum + lag))
+    sleep 0.5
+done
+wait "$churn_pid" || fail "the churn procedure failed"
+pid_alive "$RELAY_PID" || fail "the relay exited during the load"
+rows=$(psql_q "SELECT count(*) FROM public.busy")
+wal=$(psql_q "SELECT (pg_current_wal_lsn() - '$start_lsn'::pg_lsn)::bigint")
+end_lag=$(psql_q "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = '$POSTBOX_CDC_SLOT'")
+rate=$((rows / SECONDS_BUSY))
+say "load: $rows rows into public.busy in ${SECONDS_BUSY}s (~$rate rows/s), $((wal / 1024)) kB of WAL; slot lag over $samples samples: max $((max_lag / 1024)) kB, mean $((sum / samples / 1024)) kB, at the end $((end_lag / 1024)) kB (bound $((LAG_BOUND / 1024)) kB)"
+((rate >= 8000)) || fail "the load reached only $rate rows/s (wanted ~10,000): the test proves nothing"
+((wal > 3 * LAG_BOUND)) || fail "only $wal bytes of WAL were written: a slot that never moved would stay under the bound"
+((max_lag < LAG_BOUND)) || fail "slot lag reached $max_lag bytes (bound $LAG_BOUND) while the outbox was idle"
+stop_relay
+((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"
+say "ok: an idle outbox on a database taking ~$rate rows/s kept its slot within $((max_lag / 1024)) kB"
