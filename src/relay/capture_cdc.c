@@ -722,10 +722,13 @@ static pb_status_t cdc_wait(pb_capture_t *cap, pb_capture_tick_fn tick, void *ar
     return PB_OK;
 }
 
+/* While a failed event is retried in place the stream stands still and the WAL grows: the lag
+ * is measured (and cdc.max_slot_lag watched) all the same. */
 static pb_status_t cdc_keepalive(pb_capture_t *cap, pb_error_t *err)
 {
     cdc_capture_t *r = (cdc_capture_t *)cap;
-    return confirm(r, r->stream.confirmed_lsn, false, err);
+    pb_status_t st = measure_lag(r, err);
+    return st == PB_OK ? confirm(r, r->stream.confirmed_lsn, false, err) : st;
 }
 
 static pb_status_t cdc_tick(pb_capture_t *cap, pb_error_t *err)

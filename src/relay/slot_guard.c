@@ -72,6 +72,15 @@ pb_status_t pb_slot_guard_check(pb_slot_guard_t *g, PGconn *conn, bool streaming
     pb_slot_record_t rec;
     int64_t lag;
     pb_status_t st = pb_slot_position_load(conn, g->cfg->cdc_slot, &slot, &rec, &lag, err);
+    g->unchecked = st == PB_FATAL && pb_error_sqlstate_is(err, PB_SQLSTATE_INSUFFICIENT_PRIVILEGE);
+    if (g->unchecked) {
+        if (!streaming)
+            log_warn(FAC, "cannot check replication slot \"%s\" (%s): a dropped, lost or replaced "
+                          "slot would go unnoticed; the relay's role needs SELECT on "
+                          "pg_replication_slots and the grants of `postbox init --print-grants`",
+                     g->cfg->cdc_slot, err->msg);
+        return PB_OK;
+    }
     if (st != PB_OK)
         return st;
     return judge(g, conn, streaming, &slot, &rec, err);
@@ -82,6 +91,10 @@ pb_status_t pb_slot_guard_allow(pb_slot_guard_t *g, PGconn *conn, bool conn_free
 {
     if (lsn > g->wanted)
         g->wanted = lsn;
+    if (g->unchecked) { /* nothing to keep in step with */
+        *allowed = g->wanted;
+        return PB_OK;
+    }
     bool due = force || pb_monotonic_ms() - g->recorded_at >= PB_SLOT_RECORD_INTERVAL_MS;
     if (g->wanted > g->recorded && conn_free && due) {
         pb_status_t st = record(g, conn, g->wanted, err);

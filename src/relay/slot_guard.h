@@ -30,6 +30,7 @@ typedef struct pb_slot_guard {
     uint64_t wanted;        /* the highest position the relay may confirm */
     int64_t recorded_at;    /* monotonic ms of the last record written */
     bool have_record;       /* the last check found a recorded position */
+    bool unchecked;         /* the role may not read the slot or the record: no guard */
     bool over_limit;        /* the last lag measured was over cdc.max_slot_lag */
     pb_log_limit_t over_log;
 } pb_slot_guard_t;
@@ -40,7 +41,8 @@ void pb_slot_guard_init(pb_slot_guard_t *g, const pb_config_t *cfg);
  * this relay and cannot change under it): PB_FATAL, saying what happened and what to do, when the
  * slot is not the relay's own. Once streaming, a slot without a record has its position recorded.
  * Sets have_record: with a record the slot must not be created, even if it vanishes after the
- * check. conn must be free for a statement. */
+ * check. A role that may not read pg_replication_slots or the record is warned about and goes
+ * on unguarded (unchecked), as before the guard. conn must be free for a statement. */
 pb_status_t pb_slot_guard_check(pb_slot_guard_t *g, PGconn *conn, bool streaming,
                                 pb_error_t *err) PB_MUSTCHECK;
 
