@@ -9,7 +9,7 @@
 #  - the way out the error names: `relay --capture poll --drain` relays the outbox rows
 #    committed while the slot was gone, `postbox cdc drop-slot` forgets the position, and a new
 #    cdc relay creates its slot and streams.
-# (wal_status = lost is decided by the same check, tested in tests/unit/test_slot_check.c.)
+# (wal_status = lost: cdc_slot_lost.sh; the decision itself: tests/unit/test_slot_check.c.)
 source "$(dirname "$0")/lib.sh"
 
 slot_exists() { [[ $(psql -XAtq -d "$PB_ADMIN_DSN" -c "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$POSTBOX_CDC_SLOT'") == 1 ]]; }
