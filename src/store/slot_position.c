@@ -42,30 +42,33 @@ pb_status_t pb_slot_position_load(PGconn *conn, const char *slot_name, pb_slot_s
     return PB_OK;
 }
 
+/* Runs a statement with text parameters and no result rows. */
+static pb_status_t command(PGconn *conn, const char *sql, int n, const char *const *params,
+                           const char *what, pb_error_t *err)
+{
+    PGresult *res = PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(conn, res, PGRES_COMMAND_OK, what, err);
+    if (st == PB_OK)
+        PQclear(res);
+    return st;
+}
+
 pb_status_t pb_slot_position_record(PGconn *conn, const char *slot_name, uint64_t lsn,
                                     pb_error_t *err)
 {
     char text[32];
     pb_lsn_format(lsn, text, sizeof text);
     const char *params[2] = {slot_name, text};
-    PGresult *res = PQexecParams(conn,
-                                 "INSERT INTO postbox.cdc_slot_positions (slot_name, confirmed_lsn) "
-                                 "VALUES ($1, $2::pg_lsn) ON CONFLICT (slot_name) DO UPDATE "
-                                 "SET confirmed_lsn = EXCLUDED.confirmed_lsn, updated_at = now()",
-                                 2, NULL, params, NULL, NULL, 0);
-    pb_status_t st = pb_pg_check(conn, res, PGRES_COMMAND_OK, "record the slot's confirmed position", err);
-    if (st == PB_OK)
-        PQclear(res);
-    return st;
+    return command(conn,
+                   "INSERT INTO postbox.cdc_slot_positions (slot_name, confirmed_lsn) "
+                   "VALUES ($1, $2::pg_lsn) ON CONFLICT (slot_name) DO UPDATE "
+                   "SET confirmed_lsn = EXCLUDED.confirmed_lsn, updated_at = now()",
+                   2, params, "record the slot's confirmed position", err);
 }
 
 pb_status_t pb_slot_position_forget(PGconn *conn, const char *slot_name, pb_error_t *err)
 {
     const char *params[1] = {slot_name};
-    PGresult *res = PQexecParams(conn, "DELETE FROM postbox.cdc_slot_positions WHERE slot_name = $1",
-                                 1, NULL, params, NULL, NULL, 0);
-    pb_status_t st = pb_pg_check(conn, res, PGRES_COMMAND_OK, "forget the slot's recorded position", err);
-    if (st == PB_OK)
-        PQclear(res);
-    return st;
+    return command(conn, "DELETE FROM postbox.cdc_slot_positions WHERE slot_name = $1", 1, params,
+                   "forget the slot's recorded position", err);
 }
