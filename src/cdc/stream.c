@@ -153,12 +153,13 @@ static pb_status_t open_conn(pb_cdc_stream_t *s, pb_error_t *err)
     return PB_OK;
 }
 
-pb_status_t pb_cdc_stream_open(pb_cdc_stream_t *s, const pb_config_t *cfg, pb_error_t *err)
+pb_status_t pb_cdc_stream_open(pb_cdc_stream_t *s, const pb_config_t *cfg, bool create,
+                               pb_error_t *err)
 {
     memset(s, 0, sizeof *s);
     s->cfg = cfg;
     pb_status_t st = open_conn(s, err);
-    if (st == PB_OK && cfg->cdc_create_slot) {
+    if (st == PB_OK && create) {
         if ((st = ensure_publication(s, err)) == PB_OK)
             st = ensure_slot(s, err);
     }

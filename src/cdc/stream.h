@@ -27,10 +27,12 @@ typedef struct pb_cdc_stream {
     bool copying;           /* the server streams (START_REPLICATION answered, no end seen) */
 } pb_cdc_stream_t;
 
-/* Ensures the publication (inserts of postbox.outbox only) and the slot exist, then starts
- * streaming from the slot's confirmed position. PB_TRANSIENT when the server is unreachable or
- * the slot is in use by another relay (then in_use_elsewhere is set: stand by and retry). */
-pb_status_t pb_cdc_stream_open(pb_cdc_stream_t *s, const pb_config_t *cfg,
+/* With create (cdc.create_slot, and no position recorded for the slot: a missing slot must not
+ * be replaced by a new one), ensures the publication (inserts of postbox.outbox only) and the
+ * slot exist; then starts streaming from the slot's confirmed position. PB_TRANSIENT when the
+ * server is unreachable or the slot is in use by another relay (then in_use_elsewhere is set:
+ * stand by and retry). */
+pb_status_t pb_cdc_stream_open(pb_cdc_stream_t *s, const pb_config_t *cfg, bool create,
                                pb_error_t *err) PB_MUSTCHECK;
 
 /* Waits up to timeout_ms for the next XLogData payload. *len = 0 when none arrived. *data is

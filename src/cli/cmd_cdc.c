@@ -1,5 +1,7 @@
 /* postbox cdc drop-slot: remove the replication slot and the publication of the cdc capture,
- * so that an abandoned slot stops holding WAL. Refuses while a relay streams the slot. */
+ * so that an abandoned slot stops holding WAL, and the position recorded for the slot
+ * (postbox.cdc_slot_positions), so that the next cdc relay creates a new slot instead of
+ * stopping at a missing or replaced one. Refuses while a relay streams the slot. */
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,6 +9,7 @@
 #include "cli/cli.h"
 #include "common/log.h"
 #include "store/pg.h"
+#include "store/slot_position.h"
 
 #define FAC "cdc"
 
@@ -56,6 +59,12 @@ static int drop_slot(pb_cli_t *cli, PGconn *conn)
         return PB_EXIT_FAILURE;
     }
     printf("dropped publication \"%s\" (if it existed)\n", cfg->cdc_publication);
+    /* dropped on purpose: the next start creates the slot afresh instead of stopping at it */
+    if (pb_slot_position_forget(conn, cfg->cdc_slot, &err) != PB_OK) {
+        log_error(FAC, "%s", err.msg);
+        return PB_EXIT_FAILURE;
+    }
+    printf("forgot the position recorded for slot \"%s\"\n", cfg->cdc_slot);
     return PB_EXIT_OK;
 }
 

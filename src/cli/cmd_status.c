@@ -27,7 +27,8 @@
 /* Logical replication slots of this database (the cdc capture's and any other pgoutput slot). */
 static const char slots_sql[] =
     "SELECT slot_name, active, "
-    "       coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint "
+    "       coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint, "
+    "       coalesce(wal_status, '') "
     "FROM pg_replication_slots "
     "WHERE slot_type = 'logical' AND plugin = 'pgoutput' AND database = current_database() "
     "ORDER BY slot_name";
@@ -133,11 +134,15 @@ static void print_table(json_t *o)
     if (json_array_size(slots) == 0)
         printf("  none\n");
     else
-        printf("  %-30s %8s %16s\n", "slot", "active", "lag bytes");
-    json_array_foreach(slots, i, v)
-        printf("  %-30s %8s %16lld\n", json_string_value(json_object_get(v, "slot")),
+        printf("  %-30s %8s %16s %10s\n", "slot", "active", "lag bytes", "wal");
+    json_array_foreach(slots, i, v) {
+        json_t *over = json_object_get(v, "over_max_lag");
+        printf("  %-30s %8s %16lld %10s%s\n", json_string_value(json_object_get(v, "slot")),
                json_is_true(json_object_get(v, "active")) ? "yes" : "no",
-               (long long)json_integer_value(json_object_get(v, "lag_bytes")));
+               (long long)json_integer_value(json_object_get(v, "lag_bytes")),
+               json_string_value(json_object_get(v, "wal_status")),
+               json_is_true(over) ? "  over cdc.max_slot_lag" : "");
+    }
 
     json_t *redis = json_object_get(o, "redis");
     if (redis)
@@ -251,14 +256,21 @@ int pb_cmd_status(pb_cli_t *cli)
     }
     json_object_set_new(o, "inbox", arr);
     arr = json_array();
-    int64_t worst_slot = 0;
+    int64_t worst_slot = 0, relay_slot_lag = -1;
     for (int r = 0; r < PQntuples(slots); r++) {
         int64_t lag = strtoll(PQgetvalue(slots, r, 2), NULL, 10);
         if (lag > worst_slot)
             worst_slot = lag;
-        json_array_append_new(arr, json_pack("{s:s, s:b, s:I}", "slot", PQgetvalue(slots, r, 0),
-                                             "active", PQgetvalue(slots, r, 1)[0] == 't',
-                                             "lag_bytes", (json_int_t)lag));
+        json_t *j = json_pack("{s:s, s:b, s:I, s:s}", "slot", PQgetvalue(slots, r, 0), "active",
+                              PQgetvalue(slots, r, 1)[0] == 't', "lag_bytes", (json_int_t)lag,
+                              "wal_status", PQgetvalue(slots, r, 3));
+        /* the cdc relay's own slot against its configured limit */
+        if (strcmp(PQgetvalue(slots, r, 0), cli->cfg.cdc_slot) == 0 && cli->cfg.cdc_max_slot_lag > 0) {
+            relay_slot_lag = lag;
+            json_object_set_new(j, "max_lag_bytes", json_integer(cli->cfg.cdc_max_slot_lag));
+            json_object_set_new(j, "over_max_lag", json_boolean(lag > cli->cfg.cdc_max_slot_lag));
+        }
+        json_array_append_new(arr, j);
     }
     json_object_set_new(o, "replication_slots", arr);
 
@@ -290,6 +302,9 @@ int pb_cmd_status(pb_cli_t *cli)
     n_failed += check(failed, lim.max_slot_lag >= 0 && worst_slot > lim.max_slot_lag,
                       "replication slot lag %lld bytes > %lld", (long long)worst_slot,
                       (long long)lim.max_slot_lag);
+    n_failed += check(failed, relay_slot_lag > cli->cfg.cdc_max_slot_lag,
+                      "replication slot lag %lld bytes > cdc.max_slot_lag %lld",
+                      (long long)relay_slot_lag, (long long)cli->cfg.cdc_max_slot_lag);
     if (n_intruders) {
         json_array_append_new(failed, json_string("sessions that are not postbox relays hold the "
                                                   "relay's locks (lock_intruders)"));

@@ -30,6 +30,7 @@ typedef struct pb_error {
 #define PB_SQLSTATE_UNDEFINED_OBJECT "42704"
 #define PB_SQLSTATE_INVALID_SCHEMA "3F000"
 #define PB_SQLSTATE_CHARACTER_NOT_IN_REPERTOIRE "22021"
+#define PB_SQLSTATE_INSUFFICIENT_PRIVILEGE "42501"
 
 /* Whether err carries the given SQLSTATE. */
 static inline int pb_error_sqlstate_is(const pb_error_t *err, const char *state)

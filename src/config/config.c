@@ -18,7 +18,7 @@
 #include "sink/cloudevents.h"
 #include "store/retention_rules.h"
 
-typedef enum opt_type { OPT_STR, OPT_ENUM, OPT_INT, OPT_MS, OPT_BOOL } opt_type_t;
+typedef enum opt_type { OPT_STR, OPT_ENUM, OPT_INT, OPT_MS, OPT_BYTES, OPT_BOOL } opt_type_t;
 
 typedef struct option {
     const char *section;
@@ -146,6 +146,30 @@ static bool parse_duration_ms(const char *s, int64_t *out)
     return pb_parse_duration_ms(s, 1, out);
 }
 
+/* "512kB", "64MB", "1GB", "2TB" (units of 1024, as PostgreSQL's memory settings); a bare number
+ * is bytes. */
+static bool parse_bytes(const char *s, int64_t *out)
+{
+    static const struct {
+        const char *unit;
+        int shift;
+    } units[] = {{"", 0}, {"B", 0}, {"kB", 10}, {"MB", 20}, {"GB", 30}, {"TB", 40}};
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || v < 0)
+        return false;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].unit) != 0)
+            continue;
+        if (v > (INT64_MAX >> units[i].shift))
+            return false;
+        *out = (int64_t)v << units[i].shift;
+        return true;
+    }
+    return false;
+}
+
 static bool parse_bool(const char *s, bool *out)
 {
     static const char *const yes[] = {"true", "yes", "on", "1"};
@@ -206,6 +230,12 @@ static pb_status_t assign(pb_config_t *cfg, const option_t *o, const char *value
                            "%s.%s: \"%s\" is not a duration (examples: 250ms, 5s, 2m, 1h)",
                            o->section, o->key, value);
         break;
+    case OPT_BYTES:
+        if (!parse_bytes(value, &num))
+            return pb_fail(err, PB_FATAL,
+                           "%s.%s: \"%s\" is not a size (examples: 0, 512MB, 1GB)", o->section,
+                           o->key, value);
+        break;
     case OPT_BOOL:
         if (!parse_bool(value, &flag))
             return pb_fail(err, PB_FATAL, "%s.%s: \"%s\" is not a boolean (true or false)",
@@ -216,7 +246,7 @@ static pb_status_t assign(pb_config_t *cfg, const option_t *o, const char *value
     if (num < o->min || num > o->max)
         return pb_fail(err, PB_FATAL, "%s.%s: %s is out of range [%lld, %lld]%s", o->section,
                        o->key, value, (long long)o->min, (long long)o->max,
-                       o->type == OPT_MS ? " milliseconds" : "");
+                       o->type == OPT_MS ? " milliseconds" : o->type == OPT_BYTES ? " bytes" : "");
     *(int64_t *)(void *)field = num;
     return PB_OK;
 }
@@ -483,6 +513,9 @@ static void write_value(const pb_config_t *cfg, const option_t *o, FILE *out)
         break;
     case OPT_MS:
         fprintf(out, "%lldms", (long long)*(const int64_t *)(const void *)field);
+        break;
+    case OPT_BYTES:
+        fprintf(out, "%lld", (long long)*(const int64_t *)(const void *)field);
         break;
     case OPT_BOOL:
         fputs(*(const bool *)(const void *)field ? "true" : "false", out);

@@ -2,7 +2,7 @@
  *
  * Every option is declared once in options.def; this header turns the table into the fields of
  * pb_config_t (`cfg->amqp_url`, `cfg->relay_batch_size`, ...). Strings are owned by the config
- * and freed by pb_config_free. Durations (MS) are milliseconds. */
+ * and freed by pb_config_free. Durations (MS) are milliseconds, sizes (BYTES) bytes. */
 #ifndef PB_CONFIG_CONFIG_H
 #define PB_CONFIG_CONFIG_H
 
@@ -16,6 +16,7 @@
 #define PB_CTYPE_ENUM char *
 #define PB_CTYPE_INT int64_t
 #define PB_CTYPE_MS int64_t
+#define PB_CTYPE_BYTES int64_t
 #define PB_CTYPE_BOOL bool
 
 typedef struct pb_config {

@@ -59,6 +59,7 @@ static void put_int(writer_t *w, const char *section, const char *key, const cha
 #define PUT_ENUM PUT_STR
 #define PUT_INT(w, sec, key, v) put_int(w, #sec, #key, #sec "." #key, v, "")
 #define PUT_MS(w, sec, key, v) put_int(w, #sec, #key, #sec "." #key, v, "ms")
+#define PUT_BYTES(w, sec, key, v) put_int(w, #sec, #key, #sec "." #key, v, "")
 #define PUT_BOOL(w, sec, key, v) put(w, #sec, #key, #sec "." #key, (v) ? "true" : "false")
 
 pb_status_t demo_write_config(const pb_config_t *base, const demo_setting_t *settings,

@@ -73,6 +73,9 @@ static family_t out_of_order = {"postbox_consumer_out_of_order_total", "counter"
 static family_t slot_lag = {"postbox_replication_slot_lag_bytes", "gauge",
                             "WAL bytes between the current position and the slot's confirmed flush position",
                             {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t slot_lag_over = {"postbox_replication_slot_lag_over_limit", "gauge",
+                                 "1 while the slot's lag is over cdc.max_slot_lag, else 0",
+                                 {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t cdc_rejected = {"postbox_cdc_rejected_messages_total", "counter",
                                 "logical messages with the relay's prefix that postbox.emit did not sign (forged?), dropped, by slot",
                                 {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
@@ -109,7 +112,7 @@ static family_t consumer_lag = {"postbox_consumer_lag_messages", "gauge",
                                 {"topic", "partition"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
 
 static family_t *const families_relay[] = {&published, &publish_errors, &dead_letters_total,
-                                           &slot_lag, &cdc_rejected, &redis_stream_length};
+                                           &slot_lag, &slot_lag_over, &cdc_rejected, &redis_stream_length};
 static family_t *const families_consume[] = {&inbox_processed, &inbox_duplicates,
                                              &inbox_failures, &inbox_dead, &out_of_order,
                                              &redis_stream_length,
@@ -330,6 +333,14 @@ void pb_metrics_set_slot_lag(const char *slot, int64_t bytes)
     const char *values[2] = {slot, NULL};
     pthread_mutex_lock(&lock);
     series_of(&slot_lag, values)->value = (double)bytes;
+    pthread_mutex_unlock(&lock);
+}
+
+void pb_metrics_set_slot_lag_over(const char *slot, bool over)
+{
+    const char *values[2] = {slot, NULL};
+    pthread_mutex_lock(&lock);
+    series_of(&slot_lag_over, values)->value = over ? 1.0 : 0.0;
     pthread_mutex_unlock(&lock);
 }
 

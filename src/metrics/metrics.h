@@ -55,6 +55,8 @@ void pb_metrics_set_outbox(int64_t backlog, bool exact, double oldest_age_s, int
 /* Bytes of WAL between the server's current position and the slot's confirmed flush position.
  * Set by the cdc capture. */
 void pb_metrics_set_slot_lag(const char *slot, int64_t bytes);
+/* Whether that lag is over cdc.max_slot_lag (set only when a limit is configured). */
+void pb_metrics_set_slot_lag_over(const char *slot, bool over);
 /* A logical message of the cdc relay's prefix dropped because postbox.emit did not sign it. */
 void pb_metrics_cdc_rejected(const char *slot);
 

@@ -25,6 +25,7 @@
 #include "common/str.h"
 #include "metrics/metrics.h"
 #include "relay/capture.h"
+#include "relay/slot_guard.h"
 #include "store/dead_letters.h"
 #include "store/outbox.h"
 #include "store/pg.h"
@@ -107,11 +108,22 @@ typedef struct cdc_capture {
     const char **dead_reasons;
     size_t cap_dead;
     int64_t lag_at;
+    pb_slot_guard_t guard; /* the slot is the relay's own; nothing confirmed before recorded */
 } cdc_capture_t;
 
 static const pb_capture_ops_t cdc_ops;
 
 static pb_status_t finish_mark(cdc_capture_t *r, bool wait, pb_error_t *err);
+
+/* Confirms lsn to the server once the guard has recorded it (slot_guard.h); the record is
+ * written only while no mark runs on the connection. */
+static pb_status_t confirm(cdc_capture_t *r, uint64_t lsn, bool force, pb_error_t *err)
+{
+    uint64_t allowed;
+    pb_status_t st = pb_slot_guard_allow(&r->guard, r->conn, !r->mark_in_flight, lsn, force,
+                                         &allowed, err);
+    return st == PB_OK ? pb_cdc_stream_confirm(&r->stream, allowed, err) : st;
+}
 
 static void clear_buf(cdc_batch_t *b)
 {
@@ -202,7 +214,8 @@ static pb_status_t connect_conn(cdc_capture_t *r, pb_error_t *err)
 
 static pb_status_t open_stream(cdc_capture_t *r, pb_error_t *err)
 {
-    pb_status_t st = pb_cdc_stream_open(&r->stream, r->base.cfg, err);
+    bool create = r->base.cfg->cdc_create_slot && !r->guard.have_record;
+    pb_status_t st = pb_cdc_stream_open(&r->stream, r->base.cfg, create, err);
     if (st == PB_OK) {
         r->streaming = true;
         r->said_standby = false;
@@ -446,7 +459,7 @@ static pb_status_t finish_mark(cdc_capture_t *r, bool wait, pb_error_t *err)
     r->n_marks = kept;
     r->n_sent = 0;
     free(found);
-    return r->streaming ? pb_cdc_stream_confirm(&r->stream, r->mark_lsn, err) : PB_OK;
+    return r->streaming ? confirm(r, r->mark_lsn, false, err) : PB_OK;
 }
 
 /* Queues the outbox rows of the batch just published, to be marked (a dead letter took its row
@@ -472,7 +485,7 @@ static pb_status_t send_mark(cdc_capture_t *r, uint64_t lsn, pb_error_t *err)
         lsn = r->queued_lsn;
     r->queued_lsn = 0;
     if (r->n_marks == 0)
-        return pb_cdc_stream_confirm(&r->stream, lsn, err);
+        return confirm(r, lsn, false, err);
     for (size_t i = 0; i < r->n_marks; i++)
         r->mark_ids[i] = r->marks[i].id;
     pb_status_t st = pb_outbox_send_mark_relayed(r->conn, r->mark_ids, r->n_marks, &r->ids, err);
@@ -496,8 +509,8 @@ static pb_status_t flush_marks(cdc_capture_t *r, pb_error_t *err)
     return st;
 }
 
-/* Logs and exports the slot's lag every cdc.lag_interval. A failed query is logged, not
- * fatal: the lag is for operators, the stream goes on. */
+/* Every cdc.lag_interval: the slot's lag (log, metrics, cdc.max_slot_lag) and whether it is
+ * still the relay's own (slot_guard.h). */
 static pb_status_t measure_lag(cdc_capture_t *r, pb_error_t *err)
 {
     int64_t now = pb_monotonic_ms();
@@ -508,26 +521,7 @@ static pb_status_t measure_lag(cdc_capture_t *r, pb_error_t *err)
     if (st != PB_OK)
         return st;
     r->lag_at = now;
-    const char *params[1] = {r->base.cfg->cdc_slot};
-    PGresult *res = PQexecParams(r->conn,
-                                 "SELECT pg_current_wal_lsn() - confirmed_flush_lsn "
-                                 "FROM pg_replication_slots WHERE slot_name = $1",
-                                 1, NULL, params, NULL, NULL, 0);
-    pb_error_t why;
-    st = pb_pg_check(r->conn, res, PGRES_TUPLES_OK, "measure the slot lag", &why);
-    if (st != PB_OK) {
-        log_warn(FAC, "%s", why.msg);
-        return st == PB_TRANSIENT ? pb_fail(err, st, "%s", why.msg) : PB_OK;
-    }
-    if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
-        log_info(FAC, "slot \"%s\" lag: %s bytes behind the current WAL position",
-                 r->base.cfg->cdc_slot, PQgetvalue(res, 0, 0));
-        pb_metrics_set_slot_lag(r->base.cfg->cdc_slot, strtoll(PQgetvalue(res, 0, 0), NULL, 10));
-    } else {
-        log_warn(FAC, "slot \"%s\" not found while measuring its lag", r->base.cfg->cdc_slot);
-    }
-    PQclear(res);
-    return PB_OK;
+    return pb_slot_guard_measure(&r->guard, r->conn, err);
 }
 
 /* --drain: writes a marker into the WAL; once the stream reaches it, everything committed
@@ -582,15 +576,38 @@ static void cdc_disconnect(pb_capture_t *cap)
         drop_conn(r);
 }
 
+/* The slot must be the relay's own before the stream opens (a missing slot would be created
+ * afresh, skipping what it missed) and once it is held (it cannot change under the relay then). */
+static pb_status_t check_slot(cdc_capture_t *r, bool streaming, pb_error_t *err)
+{
+    pb_status_t st = finish_mark(r, true, err);
+    if (st == PB_OK)
+        st = pb_slot_guard_check(&r->guard, r->conn, streaming, err);
+    if (st == PB_FATAL && pb_error_schema_missing(err))
+        pb_fail(err, PB_FATAL, "%s (run `postbox init` to upgrade the schema)", err->msg);
+    return st;
+}
+
 static pb_status_t cdc_connect(pb_capture_t *cap, pb_error_t *err)
 {
     cdc_capture_t *r = (cdc_capture_t *)cap;
     pb_status_t st;
     if (!r->conn && (st = connect_conn(r, err)) != PB_OK)
         return st;
-    if (!r->streaming && (st = open_stream(r, err)) != PB_OK)
+    if (r->streaming)
+        return PB_OK;
+    if ((st = check_slot(r, false, err)) != PB_OK)
         return st;
-    return PB_OK;
+    if ((st = open_stream(r, err)) != PB_OK) {
+        /* dropped after the check: say so, not merely that it does not exist */
+        pb_error_t why;
+        if (st == PB_FATAL && check_slot(r, false, &why) == PB_FATAL)
+            *err = why;
+        return st;
+    }
+    if ((st = check_slot(r, true, err)) != PB_OK)
+        close_stream(r);
+    return st;
 }
 
 static pb_status_t cdc_next(pb_capture_t *cap, pb_capture_batch_t *out, pb_error_t *err)
@@ -622,7 +639,7 @@ static pb_status_t cdc_next(pb_capture_t *cap, pb_capture_batch_t *out, pb_error
         uint64_t safe = r->in_txn ? r->last_commit_end : r->stream.keepalive_end;
         if (safe < r->last_commit_end)
             safe = r->last_commit_end;
-        return pb_cdc_stream_confirm(&r->stream, safe, err);
+        return confirm(r, safe, false, err);
     }
     r->b_lsn = r->last_commit_end; /* what the batch covers up to its last complete transaction */
     for (size_t i = 0; i < r->b->n; i++) {
@@ -692,7 +709,7 @@ static pb_status_t cdc_settle(pb_capture_t *cap, const pb_result_t *results,
     r->b = next_buf(r); /* what was read ahead */
     /* the LSN is confirmed with the batch's marks (send_mark, finish_mark); until then a status
      * update repeats the last confirmed position */
-    return pb_cdc_stream_confirm(&r->stream, r->stream.confirmed_lsn, err);
+    return confirm(r, r->stream.confirmed_lsn, false, err);
 }
 
 /* next waits for the stream by itself: only the broker needs a word while idle. */
@@ -705,10 +722,13 @@ static pb_status_t cdc_wait(pb_capture_t *cap, pb_capture_tick_fn tick, void *ar
     return PB_OK;
 }
 
+/* While a failed event is retried in place the stream stands still and the WAL grows: the lag
+ * is measured (and cdc.max_slot_lag watched) all the same. */
 static pb_status_t cdc_keepalive(pb_capture_t *cap, pb_error_t *err)
 {
     cdc_capture_t *r = (cdc_capture_t *)cap;
-    return pb_cdc_stream_confirm(&r->stream, r->stream.confirmed_lsn, err);
+    pb_status_t st = measure_lag(r, err);
+    return st == PB_OK ? confirm(r, r->stream.confirmed_lsn, false, err) : st;
 }
 
 static pb_status_t cdc_tick(pb_capture_t *cap, pb_error_t *err)
@@ -723,6 +743,9 @@ static pb_status_t cdc_finish(pb_capture_t *cap, pb_error_t *err)
     pb_status_t st = PB_OK;
     if (r->conn && r->streaming && !r->b_out)
         st = flush_marks(r, err);
+    /* the last position is recorded, so the close reports all of it */
+    if (st == PB_OK && r->conn && r->streaming && !r->b_out)
+        st = confirm(r, r->guard.wanted, true, err);
     close_stream(r);
     return st;
 }
@@ -774,6 +797,7 @@ pb_status_t pb_capture_cdc_new(const pb_config_t *cfg, volatile sig_atomic_t *st
     memset(r, 0, sizeof *r);
     r->base = (pb_capture_t){.ops = &cdc_ops, .cfg = cfg, .stop = stop};
     r->b = &r->bufs[0];
+    pb_slot_guard_init(&r->guard, cfg);
     pb_pgo_decoder_init(&r->dec);
     pb_log_limit_init(&r->nontxn_log, NONTXN_LOG_INTERVAL_MS);
     *out = &r->base;

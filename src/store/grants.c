@@ -115,6 +115,9 @@ static const grant_t grants[] = {
     {PB_GRANTS_RELAY, "SELECT", "postbox.schema_migrations, postbox.emit_key, postbox.relay_lock_keys",
      NULL, false},
     {PB_GRANTS_RELAY, "EXECUTE", "FUNCTION postbox.emit_drain_marker(text)", NULL, false},
+    {PB_GRANTS_RELAY, "SELECT, INSERT, UPDATE, DELETE", "postbox.cdc_slot_positions",
+     "-- cdc: the position the relay confirmed on its slot (`postbox cdc drop-slot` deletes it)\n",
+     false},
     {PB_GRANTS_CONSUMER, "SELECT, INSERT, UPDATE, DELETE", "postbox.inbox, postbox.inbox_failures",
      "-- consumer: the inbox, its failures and dead messages (and purges its own rows), the\n"
      "-- last sequence number handled per aggregate, the schema version (its start-up check)\n",

@@ -426,6 +426,33 @@ cdc_drop_slot() {
     return 1
 }
 
+# use_private_pg [POSTGRES_OPTIONS]: a PostgreSQL of this test's own (scripts/services in a
+# state directory of its own, on a free port, with the options added to postgres' -o), for a
+# test whose figures other writers on the shared server would blur (WAL is server-wide) or that
+# needs server settings of its own. The test's database on it becomes POSTBOX_PG_DSN (and
+# PB_ADMIN_DSN its postgres database); the brokers stay the shared ones. Stopped and removed at
+# exit.
+use_private_pg() {
+    local attempt port dir=/tmp/pb-$PB_TEST-pg.$$
+    _stop_private_pg() {
+        POSTBOX_SERVICES_DIR=$1 bash "$POSTBOX_SOURCE_DIR/scripts/services" stop pg >/dev/null 2>&1
+        rm -rf "$1"
+    }
+    on_exit "_stop_private_pg $dir"
+    for attempt in 1 2 3; do
+        port=$(free_port)
+        POSTBOX_SERVICES_DIR=$dir POSTBOX_PG_PORT=$port POSTBOX_PG_EXTRA_OPTS=${1:-} \
+            bash "$POSTBOX_SOURCE_DIR/scripts/services" start pg >"$PB_TMP/private-pg.log" 2>&1 && break
+        say "attempt $attempt: our PostgreSQL did not start on port $port: $(tail -n 3 "$PB_TMP/private-pg.log" | tr '\n' ' ')"
+        _stop_private_pg "$dir"
+        ((attempt < 3)) || fail "our PostgreSQL did not start in 3 attempts"
+    done
+    PB_ADMIN_DSN=postgresql://postgres@127.0.0.1:$port/postgres
+    export POSTBOX_PG_DSN=postgresql://postgres@127.0.0.1:$port/$PB_DB
+    psql -XAtq -d "$PB_ADMIN_DSN" -c "CREATE DATABASE $PB_DB" >/dev/null || fail "cannot create database $PB_DB on our PostgreSQL"
+    say "own PostgreSQL on port $port${1:+ ($1)}"
+}
+
 slot_confirmed_lsn() { # [SLOT]: confirmed_flush_lsn of the slot (default POSTBOX_CDC_SLOT)
     psql_q "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '${1:-$POSTBOX_CDC_SLOT}'"
 }

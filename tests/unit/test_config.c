@@ -56,6 +56,13 @@ static void set_parses_types(void **state)
     assert_false(cfg.amqp_mandatory);
     assert_int_equal(pb_config_set(&cfg, "relay.on_publish", "delete", PB_CFG_CLI, &err), PB_OK);
     assert_string_equal(cfg.relay_on_publish, "delete");
+    /* sizes: units of 1024 as PostgreSQL's, a bare number is bytes */
+    assert_int_equal(pb_config_set(&cfg, "cdc.max_slot_lag", "1GB", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(cfg.cdc_max_slot_lag, 1073741824);
+    assert_int_equal(pb_config_set(&cfg, "cdc.max_slot_lag", "64kB", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(cfg.cdc_max_slot_lag, 65536);
+    assert_int_equal(pb_config_set(&cfg, "cdc.max_slot_lag", "5000", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(cfg.cdc_max_slot_lag, 5000);
     pb_config_free(&cfg);
 }
 
@@ -82,6 +89,11 @@ static void set_rejects_bad_values(void **state)
     assert_non_null(strstr(err.msg, "is not one of"));
     assert_non_null(strstr(err.msg, "stdout"));
     assert_int_equal(pb_config_set(&cfg, "amqp.mandatory", "maybe", PB_CFG_CLI, &err), PB_FATAL);
+    assert_int_equal(pb_config_set(&cfg, "cdc.max_slot_lag", "1 GB", PB_CFG_CLI, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "not a size"));
+    assert_int_equal(pb_config_set(&cfg, "cdc.max_slot_lag", "1gb", PB_CFG_CLI, &err), PB_FATAL);
+    assert_int_equal(pb_config_set(&cfg, "cdc.max_slot_lag", "-1MB", PB_CFG_CLI, &err), PB_FATAL);
+    assert_int_equal(pb_config_set(&cfg, "cdc.max_slot_lag", "9000000TB", PB_CFG_CLI, &err), PB_FATAL);
     assert_int_equal(pb_config_set(&cfg, "relay.nope", "1", PB_CFG_CLI, &err), PB_FATAL);
     assert_non_null(strstr(err.msg, "has no key \"nope\""));
     assert_int_equal(pb_config_set(&cfg, "nowhere.key", "1", PB_CFG_CLI, &err), PB_FATAL);
