@@ -12,7 +12,7 @@
 -- slot's confirmed_flush_lsn of the genuine slot is never past the row; it writes at most once a
 -- second, in a statement of its own (not per event). `postbox cdc drop-slot` deletes the row with
 -- the slot: a slot dropped on purpose is created afresh at the next start.
-CREATE TABLE postbox.cdc_slot_positions (
+CREATE TABLE IF NOT EXISTS postbox.cdc_slot_positions (
     slot_name     text PRIMARY KEY,
     confirmed_lsn pg_lsn NOT NULL,
     updated_at    timestamptz NOT NULL DEFAULT now()

@@ -6,6 +6,7 @@
 
 #include "check/check_int.h"
 #include "check/judge.h"
+#include "store/slot_position.h"
 
 static const char settings_sql[] =
     "SELECT current_setting('wal_level'), current_setting('max_replication_slots')::int, "
@@ -42,6 +43,27 @@ static int64_t int_or(PGresult *res, int col, int64_t dflt)
     return PQgetisnull(res, 0, col) ? dflt : strtoll(PQgetvalue(res, 0, col), NULL, 10);
 }
 
+/* The slot against the position the relay recorded (cdc/slot_check.h): a slot dropped, lost or
+ * made again under the relay's feet stops the relay; say so before it starts. A schema without
+ * the record (before version 15) is left to schema.version. */
+static void check_slot_identity(pb_check_ctx_t *ctx)
+{
+    pb_slot_state_t slot;
+    pb_slot_record_t rec;
+    int64_t lag;
+    pb_error_t err;
+    if (pb_slot_position_load(ctx->conn, ctx->cfg->cdc_slot, &slot, &rec, &lag, &err) != PB_OK)
+        return;
+    pb_slot_verdict_t v = pb_slot_judge(&slot, &rec);
+    if (!pb_slot_verdict_fatal(v))
+        return;
+    char why[512];
+    pb_slot_explain(v, ctx->cfg->cdc_slot, &slot, &rec, why, sizeof why);
+    pb_check_finding_t *f = pb_check_add(ctx->r, PB_CHECK_FAIL, "cdc.slot_position", "%s", why);
+    pb_check_hint(f, "a slot dropped on purpose is dropped with `postbox cdc drop-slot`, which "
+                     "forgets the recorded position too");
+}
+
 void pb_check_cdc(pb_check_ctx_t *ctx)
 {
     const pb_config_t *cfg = ctx->cfg;
@@ -65,6 +87,7 @@ void pb_check_cdc(pb_check_ctx_t *ctx)
         slot.retained_bytes = int_or(res, 5, 0);
     }
     PQclear(res);
+    check_slot_identity(ctx);
 
     if (!(res = pb_check_query(ctx, "cdc.settings", "read the replication settings", settings_sql,
                                0, NULL)))

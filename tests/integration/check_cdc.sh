@@ -107,6 +107,10 @@ expect_line norepl FAIL 1 privileges.replication 'role "pb_it_check_norepl" lack
 
 # ---- the slot dropped ----------------------------------------------------------------------------
 cdc_drop_slot "$POSTBOX_CDC_SLOT" || fail "cannot drop the slot"
+run_check gone
+expect_line gone FAIL 1 cdc.slot_position "replication slot \"$POSTBOX_CDC_SLOT\" is gone"
+# dropped on purpose, as `postbox cdc drop-slot` does it: the relay's recorded position goes too
+psql_q "DELETE FROM postbox.cdc_slot_positions WHERE slot_name = '$POSTBOX_CDC_SLOT'" >/dev/null
 run_check no-slot --set cdc.create_slot=false
 expect_line no-slot FAIL 1 cdc.slot "replication slot \"$POSTBOX_CDC_SLOT\" does not exist, and cdc.create_slot = false"
 run_check no-slot-created
