@@ -11,7 +11,7 @@ const char pb_grants_emit_message_sql[] =
     "DECLARE\n"
     "    f regprocedure;\n"
     "    owner name := (SELECT pg_get_userbyid(proowner) FROM pg_proc\n"
-    "                   WHERE oid = 'postbox.emit(text,text,text,jsonb,jsonb,text,text)'::regprocedure);\n"
+    "                   WHERE oid = 'postbox.emit(text,text,text,jsonb,jsonb,text,text,timestamptz,timestamptz)'::regprocedure);\n"
     "BEGIN\n"
     "    FOR f IN SELECT oid::regprocedure FROM pg_proc\n"
     "             WHERE proname = 'pg_logical_emit_message'\n"
@@ -104,7 +104,7 @@ void pb_grants_write(FILE *out, const pb_config_t *cfg)
           "-- producer: postbox.enqueue and libpostbox (an INSERT returning the ids),\n"
           "-- postbox.capture triggers (an INSERT), postbox.emit (cdc, signed: see pg_logical_emit_message below)\n"
           "GRANT INSERT, SELECT (id, event_id) ON postbox.outbox TO " PB_ROLE_PRODUCER ";\n"
-          "GRANT EXECUTE ON FUNCTION postbox.emit(text, text, text, jsonb, jsonb, text, text) TO " PB_ROLE_PRODUCER ";\n",
+          "GRANT EXECUTE ON FUNCTION postbox.emit(text, text, text, jsonb, jsonb, text, text, timestamptz, timestamptz) TO " PB_ROLE_PRODUCER ";\n",
           out);
     if (cdc && cfg->cdc_delete_after_insert)
         fputs("-- cdc.delete_after_insert: the trigger deletes each row as the role that inserts it\n"
@@ -117,6 +117,8 @@ void pb_grants_write(FILE *out, const pb_config_t *cfg)
           "GRANT SELECT, INSERT, DELETE ON postbox.outbox_published TO " PB_ROLE_RELAY ";\n"
           "GRANT SELECT, INSERT ON postbox.dead_letters TO " PB_ROLE_RELAY ";\n"
           "GRANT SELECT ON postbox.schema_migrations, postbox.emit_key, postbox.relay_lock_keys TO " PB_ROLE_RELAY ";\n"
+          "-- the cdc relay's events set aside until due (counted by every relay's metrics)\n"
+          "GRANT SELECT, INSERT, DELETE ON postbox.cdc_deferred TO " PB_ROLE_RELAY ";\n"
           "GRANT EXECUTE ON FUNCTION postbox.emit_drain_marker(text) TO " PB_ROLE_RELAY ";\n",
           out);
     if (cdc) {
