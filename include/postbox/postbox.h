@@ -15,6 +15,7 @@
 
 #include <libpq-fe.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,6 +55,43 @@ int postbox_enqueue(PGconn *conn, const postbox_event_t *ev, char event_id[POSTB
  */
 int postbox_enqueue_batch(PGconn *conn, const postbox_event_t *evs, size_t n,
                           char (*event_ids)[POSTBOX_EVENT_ID_SIZE], char *errbuf, size_t errlen);
+
+/**
+ * When an event may be published, and until when: unix times in microseconds, 0 for "no limit".
+ * They are compared with the clocks of the database (the poll relay's claim) and of the relay
+ * host (expiry, and the cdc relay's delay): keep the clocks in sync (NTP). Requires schema
+ * version 15 (`postbox init`).
+ */
+typedef struct postbox_timing {
+    /** Not published before this time (0: as soon as committed). The later events of the same
+     *  aggregate wait behind it; other aggregates do not. */
+    int64_t available_at_us;
+    /** Not published from this time on (0: never): the relay moves the event to
+     *  postbox.dead_letters with reason "expired" instead, and the later events of its aggregate
+     *  go on. RabbitMQ also gets the lifetime left as the message's expiration. Must be later
+     *  than available_at_us when both are set. */
+    int64_t expires_at_us;
+} postbox_timing_t;
+
+/**
+ * @brief postbox_enqueue() with a time to wait for and an expiry.
+ *
+ * @param timing  NULL: as postbox_enqueue()
+ * @returns 0 on success, -1 on failure (as postbox_enqueue(); also when expires_at_us is not later
+ *          than available_at_us).
+ */
+int postbox_enqueue_timed(PGconn *conn, const postbox_event_t *ev, const postbox_timing_t *timing,
+                          char event_id[POSTBOX_EVENT_ID_SIZE], char *errbuf, size_t errlen);
+
+/**
+ * @brief postbox_enqueue_batch() with a time to wait for and an expiry per event.
+ *
+ * @param timings  n entries, timings[i] for evs[i]; NULL: as postbox_enqueue_batch()
+ */
+int postbox_enqueue_batch_timed(PGconn *conn, const postbox_event_t *evs,
+                                const postbox_timing_t *timings, size_t n,
+                                char (*event_ids)[POSTBOX_EVENT_ID_SIZE], char *errbuf,
+                                size_t errlen);
 
 /** Outcomes of postbox_inbox_process(). */
 #define POSTBOX_INBOX_PROCESSED 0  /**< new message: the handler ran and its work is in the transaction */

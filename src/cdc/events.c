@@ -25,6 +25,8 @@ pb_status_t pb_cdc_outbox_map(const pb_pgo_relation_t *rel, pb_cdc_outbox_map_t 
     map->created_at = pb_pgo_column(rel, "created_at");
     map->attempts = pb_pgo_column(rel, "attempts");
     map->sequence = pb_pgo_column(rel, "sequence"); /* schema version 8 on */
+    map->available_at = pb_pgo_column(rel, "available_at"); /* schema version 16 on */
+    map->expires_at = pb_pgo_column(rel, "expires_at");
     const char *missing = map->id < 0               ? "id"
                           : map->event_id < 0       ? "event_id"
                           : map->aggregate_type < 0 ? "aggregate_type"
@@ -175,11 +177,15 @@ pb_status_t pb_cdc_event_from_insert(const pb_cdc_outbox_map_t *map, const pb_pg
     pb_event_t *ev = &out->ev;
     int64_t v;
     ev->id = pb_parse_int64(src[7], lens[7], &v) ? v : 0;
-    if (map->created_at >= 0 && map->created_at < ncols && c[map->created_at].data) {
+    int64_t *times[3] = {&ev->created_at_us, &ev->available_at_us, &ev->expires_at_us};
+    int time_cols[3] = {map->created_at, map->available_at, map->expires_at};
+    for (int i = 0; i < 3; i++) {
+        int k = time_cols[i];
         int64_t us;
-        if (pb_parse_timestamptz(c[map->created_at].data, c[map->created_at].len, &us))
-            ev->created_at_us = us;
+        if (k >= 0 && k < ncols && c[k].data && pb_parse_timestamptz(c[k].data, c[k].len, &us))
+            *times[i] = us;
     }
+    pb_event_fix_times(ev);
     /* the values point into the message, unterminated: parsed within their length only */
     if (map->attempts >= 0 && map->attempts < ncols && c[map->attempts].data &&
         pb_parse_int64(c[map->attempts].data, c[map->attempts].len, &v) && v >= 0 && v <= INT_MAX)
@@ -247,6 +253,9 @@ pb_status_t pb_cdc_event_from_message(const char *content, size_t len, pb_cdc_ev
     ev->created_at_us = member_int(content, len, "created_at_us");
     int64_t sequence = member_int(content, len, "sequence");
     ev->sequence = sequence > 0 ? sequence : 0;
+    ev->available_at_us = member_int(content, len, "available_at_us");
+    ev->expires_at_us = member_int(content, len, "expires_at_us");
+    pb_event_fix_times(ev);
     for (int i = 0; i < 5; i++)
         free(fields[i]);
     return PB_OK;

@@ -15,14 +15,16 @@
 typedef struct pb_cdc_event {
     pb_event_t ev;  /* strings point into block */
     char *block;
-    uint64_t commit_end_lsn; /* filled by the stream when the transaction's Commit arrives */
+    uint64_t commit_lsn; /* LSN of its transaction's commit record (the Begin's final LSN):
+                          * the transaction is behind the slot's confirmed position once that
+                          * passed it */
 } pb_cdc_event_t;
 
 /* Column positions of postbox.outbox in a Relation message, -1 when absent. */
 typedef struct pb_cdc_outbox_map {
     uint32_t relid;
     int id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, destination,
-        created_at, attempts, sequence;
+        created_at, attempts, sequence, available_at, expires_at;
 } pb_cdc_outbox_map_t;
 
 /* Builds the map; PB_FATAL naming the missing column when a required one is absent. */
@@ -33,7 +35,8 @@ pb_status_t pb_cdc_event_from_insert(const pb_cdc_outbox_map_t *map, const pb_pg
                                      pb_cdc_event_t *out, pb_error_t *err) PB_MUSTCHECK;
 
 /* content: the JSON object written by postbox.emit(). The payload and headers keep the text of
- * the message (numbers as PostgreSQL wrote them); the other members are decoded. */
+ * the message (numbers as PostgreSQL wrote them); the other members are decoded (available_at_us
+ * and expires_at_us, schema version 16, when present). */
 pb_status_t pb_cdc_event_from_message(const char *content, size_t len, pb_cdc_event_t *out,
                                       pb_error_t *err) PB_MUSTCHECK;
 

@@ -1,7 +1,7 @@
 /* postbox status: what an operator asks first. Backlog, oldest pending age (lag), dead letters,
- * inbox counts per consumer, the relay that owns the outbox, logical replication slot lag; a
- * table for people or --json for scripts. Thresholds given on the command line turn it into a
- * check: exit 1 when one is crossed (or when the database cannot be asked).
+ * delayed events, inbox counts per consumer, the relay that owns the outbox, logical replication
+ * slot lag; a table for people or --json for scripts. Thresholds given on the command line turn it
+ * into a check: exit 1 when one is crossed (or when the database cannot be asked).
  *
  * Costs: the outbox figures are the metrics sampler's bounded index probes (store/stats.h); the
  * inbox counts are exact (one pass over postbox.inbox, which retention keeps bounded); the relay
@@ -75,6 +75,11 @@ static void print_table(json_t *o)
         printf(" (id %lld)", (long long)json_integer_value(json_object_get(ob, "oldest_pending_id")));
     printf("\n  %-24s %lld\n", "retrying",
            (long long)json_integer_value(json_object_get(ob, "retrying")));
+    printf("  %-24s %lld\n", "delayed (not due yet)",
+           (long long)json_integer_value(json_object_get(ob, "delayed")));
+    if (json_integer_value(json_object_get(ob, "cdc_deferred")))
+        printf("  %-24s %lld\n", "cdc deferred",
+               (long long)json_integer_value(json_object_get(ob, "cdc_deferred")));
     printf("  %-24s %lld\n", "dead letters",
            (long long)json_integer_value(json_object_get(ob, "dead_letters")));
 
@@ -220,12 +225,14 @@ int pb_cmd_status(pb_cli_t *cli)
         goto out;
 
     json_object_set_new(o, "outbox",
-                        json_pack("{s:I, s:b, s:f, s:I, s:I, s:I, s:b}", "backlog",
+                        json_pack("{s:I, s:b, s:f, s:I, s:I, s:I, s:b, s:I, s:I}", "backlog",
                                   (json_int_t)s.backlog, "backlog_exact", s.backlog_exact,
                                   "oldest_pending_age_seconds", s.oldest_age_s,
                                   "oldest_pending_id", (json_int_t)s.oldest_id, "retrying",
                                   (json_int_t)s.retrying, "dead_letters",
-                                  (json_int_t)s.dead_letters, "dead_letters_exact", s.dead_exact));
+                                  (json_int_t)s.dead_letters, "dead_letters_exact", s.dead_exact,
+                                  "delayed", (json_int_t)s.delayed, "cdc_deferred",
+                                  (json_int_t)s.cdc_deferred));
     json_t *arr = json_array();
     for (int r = 0; r < PQntuples(owners); r++)
         json_array_append_new(

@@ -98,6 +98,7 @@ static void sample(pb_janitor_t *jan)
     }
     double took = (double)(pb_wall_us() - t0) / 1e6;
     pb_metrics_set_outbox(s.backlog, s.backlog_exact, s.oldest_age_s, s.dead_letters, took);
+    pb_metrics_set_delayed(s.delayed, s.cdc_deferred);
 }
 
 static bool purge_wanted(const pb_janitor_purge_t *j)

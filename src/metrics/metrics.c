@@ -55,6 +55,9 @@ static family_t publish_errors = {"postbox_publish_errors_total", "counter",
 static family_t dead_letters_total = {"postbox_dead_letters_total", "counter",
                                       "events this relay moved to postbox.dead_letters, by sink and event type",
                                       {"sink", "event_type"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t expired_total = {"postbox_expired_total", "counter",
+                                 "events that expired (expires_at) before they could be published, moved to postbox.dead_letters with reason expired, by sink and event type",
+                                 {"sink", "event_type"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t inbox_processed = {"postbox_inbox_processed_total", "counter",
                                    "messages whose handler ran and committed, by consumer",
                                    {"consumer", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
@@ -112,7 +115,8 @@ static family_t consumer_lag = {"postbox_consumer_lag_messages", "gauge",
                                 {"topic", "partition"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
 
 static family_t *const families_relay[] = {&published, &publish_errors, &dead_letters_total,
-                                           &slot_lag, &slot_lag_over, &cdc_rejected, &redis_stream_length};
+                                            &expired_total, &slot_lag, &slot_lag_over,
+                                            &cdc_rejected, &redis_stream_length};
 static family_t *const families_consume[] = {&inbox_processed, &inbox_duplicates,
                                              &inbox_failures, &inbox_dead, &out_of_order,
                                              &redis_stream_length,
@@ -121,7 +125,7 @@ static family_t *const families_consume[] = {&inbox_processed, &inbox_duplicates
                                              &amqp_queue_consumers};
 
 static histogram_t latency = {"postbox_publish_latency_seconds",
-                              "time from the event's created_at to the broker's confirm",
+                              "time from the event's created_at (or its available_at, when later) to the broker's confirm",
                               latency_bounds, N_OF(latency_bounds), {0}, 0, 0};
 static histogram_t batch_size = {"postbox_batch_size",
                                  "events (relay) or messages (consume) per batch",
@@ -133,6 +137,7 @@ static struct {
     bool database_up, broker_up, owner;
     bool sampled;
     double backlog, backlog_exact, oldest_age, dead_letters, sample_took, sample_time;
+    double delayed, cdc_deferred;
     double last_publish;
 } g;
 
@@ -290,6 +295,12 @@ void pb_metrics_publish_failed(const char *sink, const char *event_type, bool de
         add(&dead_letters_total, sink, event_type, 1);
 }
 
+void pb_metrics_expired(const char *sink, const char *event_type)
+{
+    add(&expired_total, sink, event_type, 1);
+    add(&dead_letters_total, sink, event_type, 1);
+}
+
 void pb_metrics_batch(size_t n)
 {
     pthread_mutex_lock(&lock);
@@ -325,6 +336,14 @@ void pb_metrics_set_outbox(int64_t backlog, bool exact, double oldest_age_s, int
     g.dead_letters = (double)dead_letters;
     g.sample_took = took_s;
     g.sample_time = (double)pb_wall_us() / 1e6;
+    pthread_mutex_unlock(&lock);
+}
+
+void pb_metrics_set_delayed(int64_t delayed, int64_t cdc_deferred)
+{
+    pthread_mutex_lock(&lock);
+    g.delayed = (double)delayed;
+    g.cdc_deferred = (double)cdc_deferred;
     pthread_mutex_unlock(&lock);
 }
 
@@ -482,7 +501,15 @@ void pb_metrics_render(pb_buf_t *out)
                    "1 when postbox_outbox_backlog was counted exactly, 0 when it is the id-span bound",
                    g.backlog_exact);
             scalar(out, "postbox_outbox_oldest_pending_age_seconds", "gauge",
-                   "age of the oldest pending outbox event (0 when none is pending)", g.oldest_age);
+                   "how long the oldest pending outbox event that is due has waited, since its "
+                   "commit or its available_at (0 when none is pending)", g.oldest_age);
+            scalar(out, "postbox_outbox_delayed", "gauge",
+                   "pending outbox events not due yet: their available_at, or that of an earlier "
+                   "event of their aggregate, is still to come (counted in the backlog too)",
+                   g.delayed);
+            scalar(out, "postbox_cdc_deferred", "gauge",
+                   "events the cdc relay set aside in postbox.cdc_deferred until they are due",
+                   g.cdc_deferred);
             scalar(out, "postbox_dead_letters", "gauge", "rows in postbox.dead_letters",
                    g.dead_letters);
             scalar(out, "postbox_sample_duration_seconds", "gauge",

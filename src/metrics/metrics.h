@@ -34,6 +34,9 @@ void pb_metrics_reset(void);
 void pb_metrics_published(const char *sink, const char *event_type, double latency_s);
 /* A publish attempt failed (a retry follows, or, with dead, the event went to dead_letters). */
 void pb_metrics_publish_failed(const char *sink, const char *event_type, bool dead);
+/* The event expired before it could be published and went to dead_letters (reason "expired"):
+ * counted in postbox_expired_total and postbox_dead_letters_total, not as a failed publish. */
+void pb_metrics_expired(const char *sink, const char *event_type);
 /* Events (relay) or messages (consume) handled in one batch. */
 void pb_metrics_batch(size_t n);
 
@@ -51,6 +54,11 @@ bool pb_metrics_ready(void);
  * postbox.dead_letters; took_s: how long the sample queries took. */
 void pb_metrics_set_outbox(int64_t backlog, bool exact, double oldest_age_s, int64_t dead_letters,
                            double took_s);
+
+/* delayed: pending outbox events that are not due yet (their available_at, or that of an
+ * earlier event of their aggregate, is still to come); cdc_deferred: events the cdc relay set
+ * aside in postbox.cdc_deferred. Sampled with the outbox figures. */
+void pb_metrics_set_delayed(int64_t delayed, int64_t cdc_deferred);
 
 /* Bytes of WAL between the server's current position and the slot's confirmed flush position.
  * Set by the cdc capture. */

@@ -27,6 +27,13 @@ typedef struct pb_capture_batch {
     /* claimed while the batches before it were still unsettled: the driver holds its events
      * back behind their failures (holdback.h); false when every earlier outcome is committed */
     bool behind_unsettled;
+    /* The driver defers (PB_OUT_DEFERRED) an event whose available_at is still to come by the
+     * relay's clock. False when the capture hands out due events only (a claim decided that by
+     * the database's clock: the poll capture, the cdc capture's set-aside events). */
+    bool check_due;
+    /* NULL, or per event: it comes after an event of its aggregate that the capture set aside
+     * in an earlier batch and has not published yet (cdc): the driver defers it too. */
+    const bool *behind_deferred;
 } pb_capture_batch_t;
 
 /* Called by wait while it waits for work; returns false to end the wait early. */
@@ -54,8 +61,9 @@ typedef struct pb_capture_ops {
      * batch before and the claim of the next; cdc: decoding the next batch). */
     pb_status_t (*overlap)(pb_capture_t *cap, pb_error_t *err);
     /* The outcomes of the batch from next: PUBLISHED, HELD (left as it is), RETRY with
-     * plans[i].retry_delay_ms, or dead (plans[i].dead, with the reason). With retries_in_place
-     * every outcome is final (PUBLISHED or dead). */
+     * plans[i].retry_delay_ms, DEFERRED (to be published once due, after the earlier set-aside
+     * events of its aggregate), or dead (plans[i].dead, with the reason; EXPIRED is always
+     * dead). With retries_in_place every outcome is final (PUBLISHED, DEFERRED or dead). */
     pb_status_t (*settle)(pb_capture_t *cap, const pb_result_t *results,
                           const pb_settle_plan_t *plans, pb_error_t *err);
 

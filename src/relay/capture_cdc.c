@@ -7,7 +7,22 @@
  * The stream cannot leave a failed event behind: the driver retries it in place (blocking the
  * stream) until it is published or dead-lettered, so per-aggregate order holds for everything
  * after a failure. While the broker acknowledges a batch, the next one is decoded from what the
- * stream already holds. */
+ * stream already holds.
+ *
+ * Delayed events (available_at still to come) cannot wait in the stream either: holding one
+ * would hold every later transaction's confirmation, and the WAL with it, for as long as the
+ * delay. The driver defers them (PB_OUT_DEFERRED), with every later event of their aggregate,
+ * and settle writes them to postbox.cdc_deferred (sql/016_expiry_delay.sql) before the batch's
+ * LSN is confirmed: once confirmed, the stream has let go of them and the table holds them. A
+ * later event of an aggregate with rows there is deferred behind them (next asks the table for
+ * the aggregates of each batch from the stream, while it holds rows). When rows come due, next
+ * hands out a batch claimed from the table instead of the stream (by the table's order per
+ * aggregate; the driver publishes them as they are, retried in place like the stream's), and
+ * settle deletes them there, marking their outbox rows published in the same transaction. A
+ * row is claimed only once the slot's confirmed position has passed the transaction that wrote
+ * its event: a relay killed after publishing it cannot meet the event in the stream again and
+ * set it aside twice. The table's work runs on a connection of its own (dconn), beside the marks
+ * in flight on conn. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +75,10 @@ typedef struct mark {
  * the next one: the marks follow the stream at their own pace, in larger statements. */
 #define MARK_QUEUE_BATCHES 8
 
+/* A deferred batch whose claim found nothing due waits this long before the next try, when rows
+ * are due but their transactions are not behind the slot's confirmed position yet. */
+#define DEFERRED_RETRY_MS 200
+
 /* Events cut from the stream, with what the sink needs of them. */
 typedef struct cdc_batch {
     pb_cdc_event_t *items;
@@ -109,11 +128,25 @@ typedef struct cdc_capture {
     size_t cap_dead;
     int64_t lag_at;
     pb_slot_guard_t guard; /* the slot is the relay's own; nothing confirmed before recorded */
+    /* events set aside until due (postbox.cdc_deferred, the rows of cfg->cdc_slot) */
+    PGconn *dconn;
+    bool deferred_rows;      /* the table may hold rows of the slot */
+    int64_t deferred_due_ms; /* monotonic ms when the next row is due (INT64_MAX: none) */
+    PGresult *dres;          /* the batch claimed from the table, with the driver (d_out) */
+    pb_event_t *devents;
+    int64_t *dids;           /* their ids in the table */
+    size_t dn, dcap;
+    bool d_out;
+    bool *behind;            /* per event of b: its aggregate has rows set aside */
+    size_t cap_behind;
+    uint64_t txn_commit_lsn; /* the commit LSN of the transaction being read (from its Begin) */
 } cdc_capture_t;
 
 static const pb_capture_ops_t cdc_ops;
 
 static pb_status_t finish_mark(cdc_capture_t *r, bool wait, pb_error_t *err);
+static pb_status_t load_deferred(cdc_capture_t *r, pb_error_t *err);
+static void ensure_dead(cdc_capture_t *r, size_t n);
 
 /* Confirms lsn to the server once the guard has recorded it (slot_guard.h); the record is
  * written only while no mark runs on the connection. */
@@ -159,8 +192,19 @@ static void close_stream(cdc_capture_t *r)
     r->ahead_st = PB_OK;
 }
 
+static void release_deferred_batch(cdc_capture_t *r)
+{
+    PQclear(r->dres);
+    r->dres = NULL;
+    r->dn = 0;
+    r->d_out = false;
+}
+
 static void drop_conn(cdc_capture_t *r)
 {
+    release_deferred_batch(r);
+    PQfinish(r->dconn);
+    r->dconn = NULL;
     PQfinish(r->conn);
     r->conn = NULL;
     r->mark_in_flight = false; /* unconfirmed: the stream replays it, and marks it again */
@@ -204,6 +248,11 @@ static pb_status_t connect_conn(cdc_capture_t *r, pb_error_t *err)
                             err);
     if (st == PB_OK)
         st = pb_emit_key_load(r->conn, &r->emit_key, err);
+    if (st == PB_OK)
+        st = pb_pg_connect_retry(r->base.cfg->postgres_dsn, r->base.cfg->relay_reconnect_cap,
+                                 r->base.stop, &r->dconn, err);
+    if (st == PB_OK)
+        st = load_deferred(r, err);
     if (st != PB_OK) {
         if (st == PB_FATAL && pb_error_schema_missing(err))
             pb_fail(err, PB_FATAL, "%s (run `postbox init` first)", err->msg);
@@ -273,6 +322,7 @@ static pb_status_t on_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_error_
     switch (m->kind) {
     case PB_PGO_BEGIN:
         r->in_txn = true;
+        r->txn_commit_lsn = m->u.begin.final_lsn;
         return PB_OK;
     case PB_PGO_COMMIT:
         r->in_txn = false;
@@ -293,6 +343,7 @@ static pb_status_t on_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_error_
             return PB_OK;
         if ((st = pb_cdc_event_from_insert(&r->map, m, &e, err)) != PB_OK)
             return st;
+        e.commit_lsn = r->txn_commit_lsn;
         append(r, &e);
         return PB_OK;
     case PB_PGO_MESSAGE:
@@ -327,6 +378,7 @@ static pb_status_t on_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_error_
             log_warn(FAC, "skipping a malformed \"%s\" message: %s", m->u.message.prefix, err->msg);
             return PB_OK;
         }
+        e.commit_lsn = r->txn_commit_lsn;
         append(r, &e);
         return PB_OK;
     default:
@@ -532,6 +584,9 @@ static pb_status_t cdc_drained(pb_capture_t *cap, bool *done, pb_error_t *err)
     *done = false;
     if (r->mark_in_flight || r->n_marks || r->queued_lsn)
         return PB_OK;
+    /* events set aside that are due are relayed first (those not due stay for later) */
+    if (r->deferred_rows && pb_monotonic_ms() >= r->deferred_due_ms)
+        return PB_OK;
     if (r->drain_marker_seen && !r->in_txn && r->b->n == 0 && next_buf(r)->n == 0) {
         *done = true;
         return PB_OK;
@@ -557,6 +612,300 @@ static pb_status_t cdc_drained(pb_capture_t *cap, bool *done, pb_error_t *err)
     return PB_OK;
 }
 
+/* ---- events set aside until due (postbox.cdc_deferred) ---------------------------------------- */
+
+/* When the slot's next row is due, in ms from now (NULL: the slot has none). */
+static const char deferred_next_sql[] =
+    "SELECT (extract(epoch FROM min(due_at) - now()) * 1000)::float8 "
+    "FROM postbox.cdc_deferred WHERE slot = $1";
+
+/* The due rows of the slot ($1) whose transactions the slot's confirmed position has passed, in
+ * publish order, at most $2. */
+static const char deferred_claim_sql[] =
+    "SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "
+    "       destination, created_at_us, sequence, "
+    "       (extract(epoch FROM available_at) * 1000000)::bigint, "
+    "       (extract(epoch FROM expires_at) * 1000000)::bigint "
+    "FROM postbox.cdc_deferred "
+    "WHERE slot = $1 AND due_at <= now() "
+    "  AND commit_lsn < (SELECT confirmed_flush_lsn FROM pg_replication_slots "
+    "                    WHERE slot_name = $1) "
+    "ORDER BY due_at, id LIMIT $2::int";
+
+/* Which events of a batch ($2 aggregate types, $3 ids, in batch order) have rows of their
+ * aggregate set aside: their 1-based positions. */
+static const char deferred_behind_sql[] =
+    "SELECT k.i FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS k(t, a, i) "
+    "WHERE EXISTS (SELECT FROM postbox.cdc_deferred d WHERE d.slot = $1 "
+    "              AND d.aggregate_type = k.t AND d.aggregate_id = k.a)";
+
+/* Sets events aside, in batch order (the table's ids follow it). Each is due at its available_at,
+ * or at the latest due time of the events of its aggregate before it (set aside already, or
+ * earlier in the batch), and not before now: due times never decrease along an aggregate's
+ * rows, so the claim's (due_at, id) order is the aggregate's order. An event met again after a
+ * restart (the stream replays what was not confirmed) is there already. Its outbox row, when
+ * there is one, waits too (for postbox status and the metrics: the event is not due). Returns
+ * in how many ms the first of them is due. */
+static const char deferred_insert_sql[] =
+    "WITH f AS (SELECT * FROM unnest($2::uuid[], $3::bigint[], $4::text[], $5::text[], "
+    "               $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[], "
+    "               $12::bigint[], $13::bigint[], $14::pg_lsn[]) WITH ORDINALITY "
+    "           AS f(event_id, outbox_id, aggregate_type, aggregate_id, event_type, payload, "
+    "                headers, destination, created_us, sequence, available_us, expires_us, "
+    "                commit_lsn, ord)), "
+    "g AS (SELECT f.*, 'epoch'::timestamptz + f.available_us * interval '1 microsecond' AS available_at, "
+    "             'epoch'::timestamptz + f.expires_us * interval '1 microsecond' AS expires_at "
+    "      FROM f), "
+    "h AS (SELECT g.*, greatest(max(g.available_at) OVER (PARTITION BY g.aggregate_type, "
+    "                              g.aggregate_id ORDER BY g.ord), "
+    "                           (SELECT max(d.due_at) FROM postbox.cdc_deferred d "
+    "                            WHERE d.slot = $1 AND d.aggregate_type = g.aggregate_type "
+    "                              AND d.aggregate_id = g.aggregate_id), "
+    "                           now()) AS due_at "
+    "      FROM g), "
+    "ins AS (INSERT INTO postbox.cdc_deferred (slot, event_id, outbox_id, aggregate_type, "
+    "            aggregate_id, event_type, payload, headers, destination, created_at_us, "
+    "            sequence, available_at, expires_at, due_at, commit_lsn) "
+    "        SELECT $1, event_id, nullif(outbox_id, 0), aggregate_type, aggregate_id, "
+    "               event_type, payload, headers, destination, created_us, "
+    "               nullif(sequence, 0), available_at, expires_at, due_at, commit_lsn "
+    "        FROM h ORDER BY ord ON CONFLICT (slot, event_id) DO NOTHING RETURNING 1), "
+    "park AS (UPDATE postbox.outbox o SET waiting = true, next_attempt_at = h.due_at FROM h "
+    "         WHERE h.outbox_id > 0 AND o.id = h.outbox_id RETURNING 1) "
+    "SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM park), "
+    "       (extract(epoch FROM (SELECT min(due_at) FROM h) - now()) * 1000)::float8";
+
+/* The rows of a batch from the table are done ($3: published or dead-lettered): they leave it,
+ * and the outbox rows of the published ones ($1, as pb_outbox_ids_literal wrote them: always an
+ * array here) move to the history. $2: the slot. */
+static const char deferred_done_sql[] =
+    "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_ARRAY("o"))
+    ", done AS (DELETE FROM postbox.cdc_deferred d WHERE d.slot = $2 "
+    "           AND d.id = ANY($3::bigint[]) RETURNING 1) "
+    "SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM kept)";
+
+/* ms from now -> the monotonic time it is due at */
+static int64_t due_in(double ms)
+{
+    if (ms > 1e12) /* some 30 years: later than anything the relay will wait for at once */
+        ms = 1e12;
+    return pb_monotonic_ms() + (ms > 0 ? (int64_t)ms + 1 : 0);
+}
+
+/* Reads whether the slot has rows set aside, and when the next is due. */
+static pb_status_t load_deferred(cdc_capture_t *r, pb_error_t *err)
+{
+    const char *params[1] = {r->base.cfg->cdc_slot};
+    PGresult *res = PQexecParams(r->dconn, deferred_next_sql, 1, NULL, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(r->dconn, res, PGRES_TUPLES_OK, "read the events set aside", err);
+    if (st != PB_OK)
+        return st;
+    r->deferred_rows = !PQgetisnull(res, 0, 0);
+    r->deferred_due_ms = r->deferred_rows ? due_in(strtod(PQgetvalue(res, 0, 0), NULL)) : INT64_MAX;
+    PQclear(res);
+    return PB_OK;
+}
+
+/* Claims the due rows into dres / devents (dn: how many). */
+static pb_status_t claim_deferred(cdc_capture_t *r, pb_error_t *err)
+{
+    char limit[24];
+    snprintf(limit, sizeof limit, "%lld", (long long)r->base.cfg->relay_batch_size);
+    const char *params[2] = {r->base.cfg->cdc_slot, limit};
+    release_deferred_batch(r);
+    PGresult *res = PQexecParams(r->dconn, deferred_claim_sql, 2, NULL, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(r->dconn, res, PGRES_TUPLES_OK, "claim the events set aside", err);
+    if (st != PB_OK)
+        return st;
+    size_t n = (size_t)PQntuples(res);
+    if (n > r->dcap) {
+        r->devents = pb_realloc(r->devents, n * sizeof *r->devents);
+        r->dids = pb_realloc(r->dids, n * sizeof *r->dids);
+        r->dcap = n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int k = (int)i;
+        pb_event_t *ev = &r->devents[i];
+        memset(ev, 0, sizeof *ev);
+        r->dids[i] = strtoll(PQgetvalue(res, k, 0), NULL, 10);
+        ev->id = PQgetisnull(res, k, 1) ? 0 : strtoll(PQgetvalue(res, k, 1), NULL, 10);
+        ev->event_id = PQgetvalue(res, k, 2);
+        ev->aggregate_type = PQgetvalue(res, k, 3);
+        ev->aggregate_id = PQgetvalue(res, k, 4);
+        ev->event_type = PQgetvalue(res, k, 5);
+        ev->payload = PQgetvalue(res, k, 6);
+        ev->payload_len = (size_t)PQgetlength(res, k, 6);
+        ev->headers = PQgetisnull(res, k, 7) ? NULL : PQgetvalue(res, k, 7);
+        ev->destination = PQgetisnull(res, k, 8) ? NULL : PQgetvalue(res, k, 8);
+        ev->created_at_us = strtoll(PQgetvalue(res, k, 9), NULL, 10);
+        ev->sequence = PQgetisnull(res, k, 10) ? 0 : strtoll(PQgetvalue(res, k, 10), NULL, 10);
+        ev->available_at_us = PQgetisnull(res, k, 11) ? 0 : strtoll(PQgetvalue(res, k, 11), NULL, 10);
+        ev->expires_at_us = PQgetisnull(res, k, 12) ? 0 : strtoll(PQgetvalue(res, k, 12), NULL, 10);
+        pb_event_fix_times(ev);
+    }
+    r->dres = res;
+    r->dn = n;
+    return PB_OK;
+}
+
+/* behind[i]: whether the aggregate of event i of b has rows set aside (asked only while the
+ * slot may have some). */
+static pb_status_t find_behind(cdc_capture_t *r, pb_error_t *err)
+{
+    cdc_batch_t *b = r->b;
+    if (b->n > r->cap_behind) {
+        r->behind = pb_realloc(r->behind, b->n * sizeof *r->behind);
+        r->cap_behind = b->n;
+    }
+    memset(r->behind, 0, b->n * sizeof *r->behind);
+    if (!r->deferred_rows)
+        return PB_OK;
+    pb_buf_t types = {0}, ids = {0};
+    for (size_t i = 0; i < b->n; i++) {
+        pb_buf_puts(&types, i ? "," : "{");
+        pb_buf_append_array_text(&types, b->events[i].aggregate_type);
+        pb_buf_puts(&ids, i ? "," : "{");
+        pb_buf_append_array_text(&ids, b->events[i].aggregate_id);
+    }
+    pb_buf_putc(&types, '}');
+    pb_buf_putc(&ids, '}');
+    const char *params[3] = {r->base.cfg->cdc_slot, types.data, ids.data};
+    PGresult *res = PQexecParams(r->dconn, deferred_behind_sql, 3, NULL, params, NULL, NULL, 0);
+    pb_buf_free(&types);
+    pb_buf_free(&ids);
+    pb_status_t st = pb_pg_check(r->dconn, res, PGRES_TUPLES_OK,
+                                 "look for events set aside before", err);
+    if (st != PB_OK)
+        return st;
+    for (int k = 0; k < PQntuples(res); k++) {
+        long long i = strtoll(PQgetvalue(res, k, 0), NULL, 10);
+        if (i >= 1 && (size_t)i <= b->n)
+            r->behind[i - 1] = true;
+    }
+    PQclear(res);
+    return PB_OK;
+}
+
+/* Appends a bigint element to an array literal, NULL for 0. */
+static void put_int_or_null(pb_buf_t *a, size_t i, int64_t v)
+{
+    pb_buf_puts(a, i ? "," : "{");
+    if (v)
+        pb_buf_printf(a, "%lld", (long long)v);
+    else
+        pb_buf_puts(a, "NULL");
+}
+
+static void put_text_or_null(pb_buf_t *a, size_t i, const char *v)
+{
+    pb_buf_puts(a, i ? "," : "{");
+    if (v)
+        pb_buf_append_array_text(a, v);
+    else
+        pb_buf_puts(a, "NULL");
+}
+
+/* Writes the events of b deferred by the driver to the table, before the batch's LSN may be
+ * confirmed. */
+static pb_status_t write_deferred(cdc_capture_t *r, const pb_result_t *results, pb_error_t *err)
+{
+    enum { N_COLS = 13 };
+    pb_buf_t cols[N_COLS] = {{0}};
+    size_t n = 0;
+    for (size_t i = 0; i < r->b->n; i++) {
+        if (results[i].outcome != PB_OUT_DEFERRED)
+            continue;
+        const pb_event_t *ev = &r->b->events[i];
+        char lsn[32];
+        pb_lsn_format(r->b->items[i].commit_lsn, lsn, sizeof lsn);
+        put_text_or_null(&cols[0], n, ev->event_id);
+        put_int_or_null(&cols[1], n, ev->id);
+        put_text_or_null(&cols[2], n, ev->aggregate_type);
+        put_text_or_null(&cols[3], n, ev->aggregate_id);
+        put_text_or_null(&cols[4], n, ev->event_type);
+        put_text_or_null(&cols[5], n, ev->payload);
+        put_text_or_null(&cols[6], n, ev->headers);
+        put_text_or_null(&cols[7], n, ev->destination);
+        pb_buf_printf(&cols[8], "%s%lld", n ? "," : "{", (long long)ev->created_at_us);
+        put_int_or_null(&cols[9], n, ev->sequence);
+        put_int_or_null(&cols[10], n, ev->available_at_us);
+        put_int_or_null(&cols[11], n, ev->expires_at_us);
+        put_text_or_null(&cols[12], n, lsn);
+        n++;
+    }
+    const char *params[N_COLS + 1] = {r->base.cfg->cdc_slot};
+    for (int c = 0; c < N_COLS; c++) {
+        pb_buf_putc(&cols[c], '}');
+        params[c + 1] = cols[c].data;
+    }
+    PGresult *res = PQexecParams(r->dconn, deferred_insert_sql, N_COLS + 1, NULL, params, NULL,
+                                 NULL, 0);
+    for (int c = 0; c < N_COLS; c++)
+        pb_buf_free(&cols[c]);
+    pb_status_t st = pb_pg_check(r->dconn, res, PGRES_TUPLES_OK, "set delayed events aside", err);
+    if (st != PB_OK)
+        return st;
+    int64_t due = due_in(strtod(PQgetvalue(res, 0, 2), NULL));
+    log_debug(FAC, "set %zu event(s) aside until due (%s new)", n, PQgetvalue(res, 0, 0));
+    PQclear(res);
+    if (!r->deferred_rows || due < r->deferred_due_ms)
+        r->deferred_due_ms = due;
+    r->deferred_rows = true;
+    return PB_OK;
+}
+
+/* The outcomes of a batch from the table, in one transaction: dead letters written, published
+ * and dead rows gone from the table, the outbox rows of the published ones marked. */
+static pb_status_t settle_deferred(cdc_capture_t *r, const pb_result_t *results,
+                                   const pb_settle_plan_t *plans, pb_error_t *err)
+{
+    const pb_config_t *cfg = r->base.cfg;
+    bool mark = cfg->cdc_mark_published && !cfg->cdc_delete_after_insert;
+    size_t n_dead = 0, n_marked = 0, n_done = 0;
+    ensure_dead(r, r->dn);
+    pb_buf_t done = {0}, marked = {0};
+    pb_buf_putc(&done, '{');
+    pb_buf_putc(&marked, '{');
+    for (size_t i = 0; i < r->dn; i++) {
+        const pb_event_t *ev = &r->devents[i];
+        if (plans[i].dead) {
+            r->dead_events[n_dead] = ev;
+            r->dead_attempts[n_dead] = ev->attempts + (results[i].outcome == PB_OUT_EXPIRED ? 0 : 1);
+            r->dead_reasons[n_dead] = plans[i].reason;
+            n_dead++;
+        } else if (results[i].outcome != PB_OUT_PUBLISHED) {
+            continue; /* not decided: stays set aside (retries_in_place makes this not happen) */
+        } else if (mark && ev->id > 0) {
+            pb_buf_printf(&marked, "%s%lld", n_marked++ ? "," : "", (long long)ev->id);
+        }
+        pb_buf_printf(&done, "%s%lld", n_done++ ? "," : "", (long long)r->dids[i]);
+    }
+    pb_buf_putc(&done, '}');
+    pb_buf_putc(&marked, '}');
+    const char *params[3] = {marked.data, cfg->cdc_slot, done.data};
+    pb_status_t st = pb_pg_exec(r->dconn, "BEGIN", err);
+    if (st == PB_OK && n_dead)
+        st = pb_dead_letter_events(r->dconn, r->dead_events, r->dead_attempts, r->dead_reasons,
+                                   n_dead, err);
+    if (st == PB_OK) {
+        PGresult *res = PQexecParams(r->dconn, deferred_done_sql, 3, NULL, params, NULL, NULL, 0);
+        st = pb_pg_check(r->dconn, res, PGRES_TUPLES_OK, "settle the events set aside", err);
+        if (st == PB_OK)
+            PQclear(res);
+    }
+    if (st == PB_OK)
+        st = pb_pg_exec(r->dconn, "COMMIT", err);
+    pb_buf_free(&done);
+    pb_buf_free(&marked);
+    if (st != PB_OK) {
+        if (PQstatus(r->dconn) == CONNECTION_OK)
+            PQclear(PQexec(r->dconn, "ROLLBACK")); /* nothing of the batch is written */
+        return st;
+    }
+    release_deferred_batch(r);
+    return load_deferred(r, err);
+}
+
 /* ---- the capture interface ----------------------------------------------------------------- */
 
 static bool cdc_connected(const pb_capture_t *cap)
@@ -569,10 +918,12 @@ static void cdc_disconnect(pb_capture_t *cap)
 {
     cdc_capture_t *r = (cdc_capture_t *)cap;
     close_stream(r);
+    release_deferred_batch(r); /* its rows stay set aside, claimed again */
     pb_error_t ignored; /* the stream replays whatever this mark was for */
     if (r->conn && r->mark_in_flight && finish_mark(r, true, &ignored) != PB_OK)
         drop_conn(r);
-    if (r->conn && PQstatus(r->conn) != CONNECTION_OK)
+    if (r->conn && (PQstatus(r->conn) != CONNECTION_OK || PQstatus(r->dconn) != CONNECTION_OK ||
+                    PQtransactionStatus(r->dconn) != PQTRANS_IDLE))
         drop_conn(r);
 }
 
@@ -613,18 +964,45 @@ static pb_status_t cdc_connect(pb_capture_t *cap, pb_error_t *err)
 static pb_status_t cdc_next(pb_capture_t *cap, pb_capture_batch_t *out, pb_error_t *err)
 {
     cdc_capture_t *r = (cdc_capture_t *)cap;
-    PB_ASSERT(!r->b_out);
+    PB_ASSERT(!r->b_out && !r->d_out);
     out->n = 0;
     out->behind_unsettled = false;
+    out->check_due = true;
+    out->behind_deferred = NULL;
     if (r->ahead_st != PB_OK) { /* what the read-ahead ran into */
         pb_status_t st = r->ahead_st;
         *err = r->ahead_err;
         r->ahead_st = PB_OK;
         return st;
     }
+    pb_status_t st;
+    /* events set aside that came due go first: they are older than what the stream holds */
+    if (r->deferred_rows && pb_monotonic_ms() >= r->deferred_due_ms) {
+        if ((st = claim_deferred(r, err)) != PB_OK)
+            return st;
+        if (r->dn > 0) {
+            r->d_out = true;
+            out->events = r->devents;
+            out->n = r->dn;
+            out->check_due = false; /* due by the database's clock */
+            return PB_OK;
+        }
+        /* none claimable: due ones wait for the slot's confirmed position to pass them */
+        release_deferred_batch(r);
+        if ((st = load_deferred(r, err)) != PB_OK)
+            return st;
+        int64_t retry = pb_monotonic_ms() + DEFERRED_RETRY_MS;
+        if (r->deferred_rows && r->deferred_due_ms < retry)
+            r->deferred_due_ms = retry;
+    }
     /* right after a batch, an empty stream returns at once: the driver learns that the backlog
-     * is through (--drain writes its marker then) instead of after a whole idle tick */
-    pb_status_t st = fill(r, r->had_events ? 0 : IDLE_TICK_MS, false, err);
+     * is through (--drain writes its marker then) instead of after a whole idle tick; an idle
+     * wait ends when the next event set aside is due */
+    int64_t wait = r->had_events ? 0 : IDLE_TICK_MS;
+    if (r->deferred_rows && r->deferred_due_ms - pb_monotonic_ms() < wait)
+        wait = r->deferred_due_ms - pb_monotonic_ms() > 0 ? r->deferred_due_ms - pb_monotonic_ms()
+                                                          : 0;
+    st = fill(r, wait, false, err);
     if (st != PB_OK)
         return st;
     r->had_events = r->b->n > 0;
@@ -646,6 +1024,10 @@ static pb_status_t cdc_next(pb_capture_t *cap, pb_capture_batch_t *out, pb_error
         r->b->events[i] = r->b->items[i].ev;
         r->b->events[i].header_obj = NULL;
     }
+    /* the events after an event of their aggregate set aside before wait behind it */
+    if ((st = find_behind(r, err)) != PB_OK)
+        return st;
+    out->behind_deferred = r->deferred_rows ? r->behind : NULL;
     r->b_out = true;
     out->events = r->b->events;
     out->n = r->b->n;
@@ -661,7 +1043,11 @@ static bool cdc_ready(const pb_capture_t *cap)
 static pb_status_t cdc_overlap(pb_capture_t *cap, pb_error_t *err)
 {
     (void)err;
-    read_ahead((cdc_capture_t *)cap); /* errors wait for the next batch */
+    cdc_capture_t *r = (cdc_capture_t *)cap;
+    /* not beside a batch from the table: b may hold what an earlier read-ahead took, and the
+     * stream's order must stay that of the buffers */
+    if (!r->d_out)
+        read_ahead(r); /* errors wait for the next batch */
     return PB_OK;
 }
 
@@ -679,16 +1065,21 @@ static pb_status_t cdc_settle(pb_capture_t *cap, const pb_result_t *results,
                               const pb_settle_plan_t *plans, pb_error_t *err)
 {
     cdc_capture_t *r = (cdc_capture_t *)cap;
+    if (r->d_out)
+        return settle_deferred(r, results, plans, err);
     PB_ASSERT(r->b_out);
     pb_status_t st;
-    size_t n_dead = 0;
+    size_t n_dead = 0, n_deferred = 0;
     ensure_dead(r, r->b->n);
     for (size_t i = 0; i < r->b->n; i++) {
-        PB_ASSERT(results[i].outcome == PB_OUT_PUBLISHED || plans[i].dead);
+        PB_ASSERT(results[i].outcome == PB_OUT_PUBLISHED ||
+                  results[i].outcome == PB_OUT_DEFERRED || plans[i].dead);
+        n_deferred += results[i].outcome == PB_OUT_DEFERRED;
         if (!plans[i].dead)
             continue;
         r->dead_events[n_dead] = &r->b->events[i];
-        r->dead_attempts[n_dead] = r->b->events[i].attempts + 1;
+        r->dead_attempts[n_dead] =
+            r->b->events[i].attempts + (results[i].outcome == PB_OUT_EXPIRED ? 0 : 1);
         r->dead_reasons[n_dead] = plans[i].reason;
         n_dead++;
     }
@@ -697,6 +1088,9 @@ static pb_status_t cdc_settle(pb_capture_t *cap, const pb_result_t *results,
     if (n_dead && ((st = finish_mark(r, true, err)) != PB_OK ||
                    (st = pb_dead_letter_events(r->conn, r->dead_events, r->dead_attempts,
                                                r->dead_reasons, n_dead, err)) != PB_OK))
+        return st;
+    /* so are the events set aside (on their own connection, beside the marks) */
+    if (n_deferred && (st = write_deferred(r, results, err)) != PB_OK)
         return st;
     /* earlier marks ran meanwhile: collect them if done (confirming their LSN), then queue or
      * send this batch's; wait only when too many rows queue up behind a slow mark */
@@ -767,6 +1161,9 @@ static void cdc_free(pb_capture_t *cap)
     free(r->dead_events);
     free(r->dead_attempts);
     free(r->dead_reasons);
+    free(r->devents);
+    free(r->dids);
+    free(r->behind);
     pb_buf_free(&r->ids);
     free(r);
 }
@@ -798,6 +1195,7 @@ pb_status_t pb_capture_cdc_new(const pb_config_t *cfg, volatile sig_atomic_t *st
     r->base = (pb_capture_t){.ops = &cdc_ops, .cfg = cfg, .stop = stop};
     r->b = &r->bufs[0];
     pb_slot_guard_init(&r->guard, cfg);
+    r->deferred_due_ms = INT64_MAX;
     pb_pgo_decoder_init(&r->dec);
     pb_log_limit_init(&r->nontxn_log, NONTXN_LOG_INTERVAL_MS);
     *out = &r->base;

@@ -303,7 +303,7 @@ static pb_status_t collect(poll_capture_t *p, pb_error_t *err)
         p->ahead_ready = p->ahead->n_events > 0;
         if (p->ahead->n_parked)
             log_debug(FAC, "claimed %zu events; set aside %zu behind earlier events of their "
-                           "aggregates that wait for a retry",
+                           "aggregates that wait (for a retry, or for their available_at)",
                       p->ahead->n_events, p->ahead->n_parked);
     }
     return PB_OK;

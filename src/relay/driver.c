@@ -17,6 +17,7 @@
 #define TOTALS_LOG_INTERVAL_MS 10000
 #define KEEPALIVE_MS 500
 #define UNFIT_LOG_INTERVAL_MS 10000 /* values dropped as unfit for a [mask] rule: one record */
+#define EXPIRED_LOG_INTERVAL_MS 10000 /* events that expired before they went out: one record */
 #define REASON_MAX (sizeof ((pb_result_t *)0)->error + 64)
 #define FAILURE_REASONS 3 /* distinct reasons a failed batch's warning names */
 
@@ -27,6 +28,7 @@ typedef struct driver {
     pb_sink_t *snk;
     pb_mask_t *mask; /* the [mask] rules, applied before any sink sees an event */
     pb_log_limit_t unfit_log;
+    pb_log_limit_t expired_log;
     bool sink_up;
     bool sink_was_up; /* connected once: a later loss is a loss, not the start */
     pb_retry_t sink_retry; /* the backoff of the sink's connects */
@@ -41,6 +43,7 @@ typedef struct driver {
     pb_masked_t *masked; /* its masked payload and headers, until the batch is released */
     size_t *rejected;   /* indexes of the events check refused */
     size_t *retries;    /* indexes of the events that failed before */
+    size_t *deferred;   /* indexes of the events deferred by precheck */
     /* the published events of the last batch decided, not yet counted in the metrics nor
      * logged: per event a double (ms from commit to confirm), then "event_id\0event_type\0".
      * Reported once the next batch is sent, while the broker works on it, so that per-event
@@ -48,7 +51,7 @@ typedef struct driver {
     pb_buf_t unreported;
     size_t n_unreported;
     /* totals for the periodic log line */
-    uint64_t published, retried, dead, logged_published;
+    uint64_t published, retried, dead, expired, deferred_total, logged_published;
     int64_t logged_at;
 } driver_t;
 
@@ -61,10 +64,11 @@ static void log_totals(driver_t *d, bool force)
     double secs = (double)(now - d->logged_at) / 1000.0;
     if (delta || force)
         log_info(FAC, "published %llu events in %.1f s (%.0f/s); totals: published %llu, "
-                      "retried %llu, dead-lettered %llu",
+                      "retried %llu, dead-lettered %llu (expired %llu), set aside until due %llu",
                  (unsigned long long)delta, secs, secs > 0 ? (double)delta / secs : 0.0,
                  (unsigned long long)d->published, (unsigned long long)d->retried,
-                 (unsigned long long)d->dead);
+                 (unsigned long long)d->dead, (unsigned long long)d->expired,
+                 (unsigned long long)d->deferred_total);
     d->logged_published = d->published;
     d->logged_at = now;
 }
@@ -127,6 +131,7 @@ static void ensure_capacity(driver_t *d, size_t n)
     memset(d->masked + d->cap_events, 0, (n - d->cap_events) * sizeof *d->masked);
     d->rejected = pb_realloc(d->rejected, n * sizeof *d->rejected);
     d->retries = pb_realloc(d->retries, n * sizeof *d->retries);
+    d->deferred = pb_realloc(d->deferred, n * sizeof *d->deferred);
     d->cap_events = n;
 }
 
@@ -177,13 +182,33 @@ static void check_untried(driver_t *d, const pb_capture_batch_t *b)
     }
 }
 
-/* Before publishing: an event behind an unsettled failure of the batches before is held back, and
- * so is one behind an event of its aggregate that failed before (a retry): the batch is sent
- * pipelined, so a retry that fails again would otherwise be overtaken every time. Then each
- * event is checked. */
+/* Whether the event i of b is not to be published before its time: its available_at is still to
+ * come (when the capture asks the driver to look), it comes after an event of its aggregate
+ * that the capture set aside before, or after one deferred earlier in this batch (deferred[0..n)). */
+static bool not_due(const pb_capture_batch_t *b, size_t i, int64_t now_us, const size_t *deferred,
+                    size_t n_deferred)
+{
+    const pb_event_t *ev = &b->events[i];
+    if (b->check_due && ev->available_at_us > now_us)
+        return true;
+    if (b->behind_deferred && b->behind_deferred[i])
+        return true;
+    for (size_t k = 0; k < n_deferred; k++)
+        if (same_aggregate(&b->events[deferred[k]], ev))
+            return true;
+    return false;
+}
+
+/* Before publishing: an event past its expiry is expired (dead-lettered, never sent; the later
+ * events of its aggregate go on); an event not due yet is deferred, and so is every later one of
+ * its aggregate in the batch (per-aggregate order); an event behind an unsettled failure of the
+ * batches before is held back, and so is one behind an event of its aggregate that failed before
+ * (a retry): the batch is sent pipelined, so a retry that fails again would otherwise be
+ * overtaken every time. Then each event is checked. */
 static void precheck(driver_t *d, const pb_capture_batch_t *b)
 {
-    size_t n_retries = 0;
+    size_t n_retries = 0, n_deferred = 0;
+    int64_t now_us = pb_wall_us();
     for (size_t i = 0; i < b->n; i++) {
         pb_result_t *r = &d->results[i];
         const pb_event_t *ev = &b->events[i];
@@ -193,6 +218,15 @@ static void precheck(driver_t *d, const pb_capture_batch_t *b)
         d->final[i] = false;
         d->checked[i] = false;
         memset(&d->plans[i], 0, sizeof d->plans[i]);
+        if (pb_event_expired(ev, now_us)) {
+            r->outcome = PB_OUT_EXPIRED;
+            continue;
+        }
+        if (not_due(b, i, now_us, d->deferred, n_deferred)) {
+            r->outcome = PB_OUT_DEFERRED;
+            d->deferred[n_deferred++] = i;
+            continue;
+        }
         if (b->behind_unsettled && pb_holdback_blocks(&d->hold, ev))
             r->outcome = PB_OUT_HELD;
         for (size_t k = 0; k < n_retries && r->outcome == PB_OUT_UNTRIED; k++)
@@ -206,7 +240,8 @@ static void precheck(driver_t *d, const pb_capture_batch_t *b)
 
 static void note_published(driver_t *d, const pb_event_t *ev, int64_t confirmed_us)
 {
-    double delay_ms = (double)(confirmed_us - ev->created_at_us) / 1000.0;
+    /* a delayed event's latency counts from its available_at: the wait was asked for */
+    double delay_ms = (double)(confirmed_us - pb_event_due_us(ev)) / 1000.0;
     const char *id = ev->event_id ? ev->event_id : "", *type = ev->event_type ? ev->event_type : "";
     pb_buf_append(&d->unreported, (const char *)&delay_ms, sizeof delay_ms);
     pb_buf_append(&d->unreported, id, strlen(id) + 1);
@@ -229,8 +264,8 @@ static void report_published(driver_t *d)
                     PB_FIELDS(PB_LF_STR("event_id", event_id),
                               PB_LF_STR("event_type", event_type),
                               PB_LF_NUM("delay_ms", delay_ms)),
-                    "published event %s (%s) %.1f ms after its commit", event_id, event_type,
-                    delay_ms);
+                    "published event %s (%s) %.1f ms after its commit (or its available_at)",
+                    event_id, event_type, delay_ms);
     }
     pb_buf_reset(&d->unreported);
     d->n_unreported = 0;
@@ -299,6 +334,24 @@ static void log_failures(const failures_t *f, size_t batch)
     pb_buf_free(&why);
 }
 
+/* Logs, at a bounded rate, that ev expired before it could be published. */
+static void log_expired(driver_t *d, const pb_event_t *ev, int64_t now_us)
+{
+    uint64_t held;
+    if (!pb_log_limit_pass(&d->expired_log, pb_monotonic_ms(), &held))
+        return;
+    char at[PB_UTC_TEXT_LEN];
+    pb_format_utc_us(ev->expires_at_us, at, sizeof at);
+    log_info_f(FAC,
+               PB_FIELDS(PB_LF_STR("event_id", ev->event_id),
+                         PB_LF_STR("event_type", ev->event_type), PB_LF_STR("expires_at", at),
+                         PB_LF_NUM("late_ms", (double)(now_us - ev->expires_at_us) / 1000.0),
+                         PB_LF_NUM("events_not_logged", held)),
+               "event %s (%s) expired at %s before it could be published; dead-lettered with "
+               "reason \"" PB_EXPIRED_REASON "\" (%llu more since the last such line)",
+               ev->event_id, ev->event_type, at, (unsigned long long)held);
+}
+
 /* Decides, per event whose outcome this round brought, between published, another attempt
  * (later, or in place) and a dead letter; counts, logs and measures the failures now and notes
  * the published ones for report_published. Returns the highest attempt number among the events
@@ -322,6 +375,19 @@ static int plan(driver_t *d, const pb_capture_batch_t *b)
         case PB_OUT_PUBLISHED:
             note_published(d, ev, now_us);
             d->published++;
+            d->final[i] = true;
+            break;
+        case PB_OUT_EXPIRED:
+            p->dead = true;
+            p->reason = PB_EXPIRED_REASON;
+            pb_metrics_expired(sink, ev->event_type);
+            log_expired(d, ev, now_us);
+            d->dead++;
+            d->expired++;
+            d->final[i] = true;
+            break;
+        case PB_OUT_DEFERRED:
+            d->deferred_total++;
             d->final[i] = true;
             break;
         case PB_OUT_REJECT:
@@ -389,6 +455,7 @@ static bool retry_due(const driver_t *d, const pb_capture_batch_t *b)
  * events (they follow in the next round). */
 static pb_status_t prepare_retry(driver_t *d, pb_capture_batch_t *b, int worst, pb_error_t *err)
 {
+    int64_t now_us = pb_wall_us();
     for (size_t i = 0; i < b->n; i++) {
         if (d->final[i])
             continue;
@@ -396,8 +463,15 @@ static pb_status_t prepare_retry(driver_t *d, pb_capture_batch_t *b, int worst, 
             b->events[i].attempts++;
         d->results[i].outcome = PB_OUT_UNTRIED;
         d->results[i].error[0] = '\0';
+        /* retried past its expiry: it expires now (dead-lettered once this round is decided),
+         * and the later events of its aggregate need not wait for it */
+        if (pb_event_expired(&b->events[i], now_us)) {
+            d->results[i].outcome = PB_OUT_EXPIRED;
+            continue;
+        }
         for (size_t j = 0; j < i; j++) {
-            if (!d->final[j] && same_aggregate(&b->events[j], &b->events[i])) {
+            if (!d->final[j] && d->results[j].outcome != PB_OUT_EXPIRED &&
+                same_aggregate(&b->events[j], &b->events[i])) {
                 d->results[i].outcome = PB_OUT_HELD;
                 break;
             }
@@ -503,7 +577,8 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
                           pb_error_t *err)
 {
     driver_t d = {.cfg = cfg, .stop = stop, .cap = cap, .snk = snk,
-                  .unfit_log = {.interval_ms = UNFIT_LOG_INTERVAL_MS}};
+                  .unfit_log = {.interval_ms = UNFIT_LOG_INTERVAL_MS},
+                  .expired_log = {.interval_ms = EXPIRED_LOG_INTERVAL_MS}};
     pb_status_t st = pb_mask_new(cfg, &d.mask, err);
     if (st != PB_OK)
         return st;
@@ -589,5 +664,6 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
     pb_mask_free(d.mask);
     free(d.rejected);
     free(d.retries);
+    free(d.deferred);
     return st;
 }

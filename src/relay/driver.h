@@ -8,7 +8,13 @@
  *
  * Order per aggregate: an event the sink can never take is rejected before anything is sent,
  * and the later events of its aggregate in the batch are held back; an event behind an
- * unsettled failure of the batch before is held back too (holdback.h). */
+ * unsettled failure of the batch before is held back too (holdback.h).
+ *
+ * Expiry and delay (sql/016_expiry_delay.sql): an event past its expires_at when it would be sent
+ * (first or in an in-place retry) is dead-lettered with reason "expired", never sent, and holds
+ * nothing back; an event not due yet (its available_at to come, judged by the relay's clock when
+ * the capture asks for it, or behind an event the capture set aside) is deferred, with every
+ * later event of its aggregate in the batch, for the capture to keep until due. */
 #ifndef PB_RELAY_DRIVER_H
 #define PB_RELAY_DRIVER_H
 

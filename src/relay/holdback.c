@@ -27,7 +27,9 @@ void pb_holdback_record(pb_holdback_t *h, const pb_event_t *events, const pb_res
     pb_buf_reset(&h->keys[g]);
     h->n[g] = 0;
     for (size_t i = 0; i < n; i++) {
-        if (results[i].outcome == PB_OUT_PUBLISHED)
+        /* an expired event is never published: the later events of its aggregate need not
+         * wait for it */
+        if (results[i].outcome == PB_OUT_PUBLISHED || results[i].outcome == PB_OUT_EXPIRED)
             continue;
         const pb_event_t *ev = &events[i];
         int64_t id = ev->id;

@@ -36,8 +36,8 @@ void pb_holdback_free(pb_holdback_t *h);
 /* Forgets everything (the outcomes it held are committed). */
 void pb_holdback_clear(pb_holdback_t *h);
 
-/* Remembers the events of a batch whose outcome is not PB_OUT_PUBLISHED, in place of the oldest
- * batch remembered. */
+/* Remembers the events of a batch whose outcome is not PB_OUT_PUBLISHED (nor PB_OUT_EXPIRED: an
+ * expired event holds nothing back), in place of the oldest batch remembered. */
 void pb_holdback_record(pb_holdback_t *h, const pb_event_t *events, const pb_result_t *results,
                         size_t n);
 

@@ -419,10 +419,25 @@ static bool build_props(amqp_sink_t *s, const pb_event_t *ev, size_t frame_max,
         props->_flags |= AMQP_BASIC_APP_ID_FLAG;
         props->app_id = cbytes(cfg->amqp_app_id, applen);
     }
+    /* an event with an expiry: the broker drops it once its lifetime left is over (omitted above
+     * RabbitMQ's limit, which would close the channel: the event lives longer than that) */
+    int64_t ttl_ms = ev->expires_at_us > 0 ? pb_event_ttl_ms(ev, pb_wall_us()) : -1;
+    size_t explen = 0;
+    if (ttl_ms >= 0 && ttl_ms <= PB_AMQP_MAX_TTL_MS) {
+        char *exp = amqp_pool_alloc(&s->pool, 24);
+        if (!exp) {
+            pb_result_set(res, PB_OUT_RETRY, "out of memory building message properties");
+            return false;
+        }
+        explen = (size_t)snprintf(exp, 24, "%lld", (long long)ttl_ms);
+        props->_flags |= AMQP_BASIC_EXPIRATION_FLAG;
+        props->expiration = cbytes(exp, explen);
+    }
     /* encoded size of the content header frame: frame header+end 8, class/weight/size/flags 14,
      * the short strings with their length byte, delivery mode 1, timestamp 8, table length 4 */
     size_t est = 8 + 14 + 1 + sizeof CONTENT_TYPE - 1 + 1 + 8 + 4;
-    est += (idlen ? 1 + idlen : 0) + (typelen ? 1 + typelen : 0) + (applen ? 1 + applen : 0);
+    est += (idlen ? 1 + idlen : 0) + (typelen ? 1 + typelen : 0) + (applen ? 1 + applen : 0) +
+           (explen ? 1 + explen : 0);
 
     size_t nuser = pb_header_count(ev); /* kept or parsed by pb_sink_prepare */
     pb_ce_t *ce = s->base.ce;

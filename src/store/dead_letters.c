@@ -10,16 +10,18 @@
 static const char dead_events_sql[] =
     "WITH f AS (SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], "
     "    $5::text[], $6::text[], $7::text[], $8::text[], $9::bigint[], $10::int[], $11::text[], "
-    "    $12::bigint[]) "
+    "    $12::bigint[], $13::bigint[], $14::bigint[]) "
     "    AS f(id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "
-    "         destination, created_us, attempts, reason, sequence)), "
+    "         destination, created_us, attempts, reason, sequence, available_us, expires_us)), "
     "gone AS (DELETE FROM postbox.outbox o USING f WHERE o.id = f.id) "
     "INSERT INTO postbox.dead_letters (outbox_id, event_id, aggregate_type, aggregate_id, "
     "    event_type, payload, headers, destination, created_at, attempts, last_error, reason, "
-    "    sequence) "
+    "    sequence, available_at, expires_at) "
     "SELECT nullif(id, 0), event_id, aggregate_type, aggregate_id, event_type, payload::jsonb, "
     "       coalesce(headers::jsonb, '{}'), destination, to_timestamp(created_us / 1000000.0), "
-    "       attempts, reason, reason, nullif(sequence, 0) FROM f";
+    "       attempts, reason, reason, nullif(sequence, 0), "
+    "       'epoch'::timestamptz + nullif(available_us, 0) * interval '1 microsecond', "
+    "       'epoch'::timestamptz + nullif(expires_us, 0) * interval '1 microsecond' FROM f";
 
 /* Appends a text element to an array literal, or NULL. */
 static void put_text(pb_buf_t *b, size_t i, const char *s)
@@ -36,7 +38,7 @@ pb_status_t pb_dead_letter_events(PGconn *conn, const pb_event_t *const *evs, co
 {
     if (n == 0)
         return PB_OK;
-    enum { N_COLS = 12 };
+    enum { N_COLS = 14 };
     pb_buf_t cols[N_COLS] = {{0}};
     for (size_t i = 0; i < n; i++) {
         const pb_event_t *ev = evs[i];
@@ -52,6 +54,8 @@ pb_status_t pb_dead_letter_events(PGconn *conn, const pb_event_t *const *evs, co
         pb_buf_printf(&cols[9], "%s%d", i ? "," : "{", attempts[i]);
         put_text(&cols[10], i, reasons[i]);
         pb_buf_printf(&cols[11], "%s%lld", i ? "," : "{", (long long)ev->sequence);
+        pb_buf_printf(&cols[12], "%s%lld", i ? "," : "{", (long long)ev->available_at_us);
+        pb_buf_printf(&cols[13], "%s%lld", i ? "," : "{", (long long)ev->expires_at_us);
     }
     const char *params[N_COLS];
     for (int c = 0; c < N_COLS; c++) {
@@ -176,6 +180,7 @@ static const char list_outbox_sql[] =
 static const char show_outbox_sql[] =
     "SELECT id, event_id, event_type, aggregate_type, aggregate_id, outbox_id, destination, "
     "payload, headers, last_error, " UTC_TEXT("created_at", MILLIS) ", "
+    UTC_TEXT("available_at", MILLIS) ", " UTC_TEXT("expires_at", MILLIS) ", "
     UTC_TEXT("dead_at", SECONDS) ", attempts, reason FROM postbox.dead_letters WHERE %s "
     "ORDER BY id DESC LIMIT ";
 static const char list_inbox_sql[] =

@@ -62,7 +62,8 @@ void pb_dlq_filter_free(pb_dlq_filter_t *f);
 
 /* The matching dead letters, newest first, at most limit. Columns, in this order:
  *   outbox: id, event_id, event_type, aggregate_type, aggregate_id, [outbox_id, destination,
- *           payload, headers, last_error, created_at,] dead_at, attempts, reason
+ *           payload, headers, last_error, created_at, available_at, expires_at,] dead_at,
+ *           attempts, reason
  *   inbox:  id, consumer, message_id, message_type, [exchange, routing_key, headers, body,]
  *           dead_at, attempts, error
  * the bracketed ones only with detail; times as UTC text ("2024-01-31T12:00:00Z"), an inbox body

@@ -13,7 +13,7 @@ const char pb_grants_emit_message_sql[] =
     "DECLARE\n"
     "    f regprocedure;\n"
     "    owner name := (SELECT pg_get_userbyid(proowner) FROM pg_proc\n"
-    "                   WHERE oid = 'postbox.emit(text,text,text,jsonb,jsonb,text,text)'::regprocedure);\n"
+    "                   WHERE oid = 'postbox.emit(text,text,text,jsonb,jsonb,text,text,timestamptz,timestamptz)'::regprocedure);\n"
     "BEGIN\n"
     "    FOR f IN SELECT oid::regprocedure FROM pg_proc\n"
     "             WHERE proname = 'pg_logical_emit_message'\n"
@@ -101,7 +101,7 @@ static const grant_t grants[] = {
      "-- postbox.capture triggers (an INSERT), postbox.emit (cdc, signed: see pg_logical_emit_message below)\n",
      false},
     {PB_GRANTS_PRODUCER, "EXECUTE",
-     "FUNCTION postbox.emit(text, text, text, jsonb, jsonb, text, text)", NULL, false},
+     "FUNCTION postbox.emit(text, text, text, jsonb, jsonb, text, text, timestamptz, timestamptz)", NULL, false},
     {PB_GRANTS_PRODUCER, "DELETE", "postbox.outbox",
      "-- cdc.delete_after_insert: the trigger deletes each row as the role that inserts it\n",
      true},
@@ -114,6 +114,8 @@ static const grant_t grants[] = {
     {PB_GRANTS_RELAY, "SELECT, INSERT, DELETE", "postbox.dead_letters", NULL, false},
     {PB_GRANTS_RELAY, "SELECT", "postbox.schema_migrations, postbox.emit_key, postbox.relay_lock_keys",
      NULL, false},
+    {PB_GRANTS_RELAY, "SELECT, INSERT, DELETE", "postbox.cdc_deferred",
+     "-- the cdc relay's events set aside until due (counted by every relay's metrics)\n", false},
     {PB_GRANTS_RELAY, "EXECUTE", "FUNCTION postbox.emit_drain_marker(text)", NULL, false},
     {PB_GRANTS_RELAY, "SELECT, INSERT, UPDATE, DELETE", "postbox.cdc_slot_positions",
      "-- cdc: the position the relay confirmed on its slot (`postbox cdc drop-slot` deletes it)\n",

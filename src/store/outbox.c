@@ -31,18 +31,25 @@ static const char retry_sql[] =
     "FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS f(id, err, delay_ms) "
     "WHERE o.id = f.id";
 
+/* $3: the attempts each dead letter adds (1 for the failed or refused attempt; 0 for an event
+ * that expired before it was sent). */
 static const char dead_sql[] =
-    "WITH f AS (SELECT * FROM unnest($1::bigint[], $2::text[]) AS f(id, reason)), "
+    "WITH f AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[]) AS f(id, reason, tried)), "
     "moved AS (DELETE FROM postbox.outbox o USING f WHERE o.id = f.id "
-    "          RETURNING o.*, f.reason) "
+    "          RETURNING o.*, f.reason, f.tried) "
     "INSERT INTO postbox.dead_letters (outbox_id, event_id, aggregate_type, aggregate_id, "
     "    event_type, payload, headers, destination, created_at, attempts, last_error, reason, "
-    "    sequence) "
+    "    sequence, available_at, expires_at) "
     "SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "
-    "       destination, created_at, attempts + 1, last_error, reason, sequence FROM moved";
+    "       destination, created_at, attempts + tried, last_error, reason, sequence, "
+    "       available_at, expires_at FROM moved";
 
+/* Pending rows that are due, or failed: those not due yet (delayed by their available_at, or set
+ * aside behind an earlier event of their aggregate without having failed) wait for a later
+ * relay; a drain does not wait for them. */
 static const char pending_sql[] =
-    "SELECT count(*) FROM postbox.outbox WHERE published_at IS NULL";
+    "SELECT count(*) FROM postbox.outbox WHERE published_at IS NULL "
+    "AND NOT (waiting AND attempts = 0 AND next_attempt_at > now())";
 
 void pb_outbox_init(pb_outbox_t *ob, PGconn *conn, bool delete_on_publish)
 {
@@ -73,6 +80,7 @@ void pb_outbox_free(pb_outbox_t *ob)
     pb_buf_free(&ob->retry_delays);
     pb_buf_free(&ob->dead_ids);
     pb_buf_free(&ob->dead_reasons);
+    pb_buf_free(&ob->dead_tried);
 }
 
 pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err)
@@ -203,6 +211,12 @@ pb_status_t pb_outbox_read_claim(pb_outbox_t *ob, pb_error_t *err)
         ev->created_at_us = strtoll(PQgetvalue(res, r, 8), NULL, 10);
         ev->attempts = atoi(PQgetvalue(res, r, 9));
         ev->sequence = PQgetisnull(res, r, 11) ? 0 : strtoll(PQgetvalue(res, r, 11), NULL, 10);
+        ev->available_at_us =
+            PQgetisnull(res, r, 12) ? 0 : strtoll(PQgetvalue(res, r, 12), NULL, 10);
+        ev->expires_at_us = PQgetisnull(res, r, 13) ? 0 : strtoll(PQgetvalue(res, r, 13), NULL, 10);
+        if (!PQgetisnull(res, r, 13) && ev->expires_at_us == 0)
+            ev->expires_at_us = 1; /* at the epoch: long past, not "never" */
+        pb_event_fix_times(ev);
     }
     ob->batch = res;
     ob->n_events = k;
@@ -254,8 +268,8 @@ void pb_outbox_release_batch(pb_outbox_t *ob)
 void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
                             const pb_settle_plan_t *plans, pb_settle_counts_t *counts)
 {
-    pb_buf_t *bufs[] = {&ob->retry_ids, &ob->retry_errors,
-                        &ob->retry_delays, &ob->dead_ids, &ob->dead_reasons};
+    pb_buf_t *bufs[] = {&ob->retry_ids,  &ob->retry_errors,  &ob->retry_delays,
+                        &ob->dead_ids,   &ob->dead_reasons,  &ob->dead_tried};
     const size_t n_bufs = sizeof bufs / sizeof bufs[0];
     for (size_t b = 0; b < n_bufs; b++) {
         pb_buf_reset(bufs[b]);
@@ -274,11 +288,14 @@ void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
             break;
         case PB_OUT_RETRY:
         case PB_OUT_REJECT:
+        case PB_OUT_EXPIRED:
             if (plans[i].dead) {
                 const char *sep = counts->dead ? "," : "";
                 pb_buf_printf(&ob->dead_ids, "%s%lld", sep, id);
                 pb_buf_puts(&ob->dead_reasons, sep);
                 pb_buf_append_array_text(&ob->dead_reasons, plans[i].reason);
+                pb_buf_printf(&ob->dead_tried, "%s%d", sep,
+                              results[i].outcome == PB_OUT_EXPIRED ? 0 : 1);
                 counts->dead++;
             } else {
                 const char *sep = counts->retried ? "," : "";
@@ -316,8 +333,8 @@ pb_status_t pb_outbox_send_settle(pb_outbox_t *ob, pb_error_t *err)
         st = send_prepared(ob, "pb_retry", 3, p, err);
     }
     if (st == PB_OK && ob->n_dead) {
-        const char *p[2] = {ob->dead_ids.data, ob->dead_reasons.data};
-        st = send_prepared(ob, "pb_dead", 2, p, err);
+        const char *p[3] = {ob->dead_ids.data, ob->dead_reasons.data, ob->dead_tried.data};
+        st = send_prepared(ob, "pb_dead", 3, p, err);
     }
     return st;
 }

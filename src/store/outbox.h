@@ -57,7 +57,8 @@ typedef struct pb_outbox {
     size_t cap_published;
     bool published_sparse;
     size_t n_published, n_retried, n_dead; /* what the literals built hold */
-    pb_buf_t published_ids, retry_ids, retry_errors, retry_delays, dead_ids, dead_reasons;
+    pb_buf_t published_ids, retry_ids, retry_errors, retry_delays, dead_ids, dead_reasons,
+        dead_tried;
     char limit_text[16], shards_text[16];
 } pb_outbox_t;
 
@@ -136,7 +137,8 @@ bool pb_outbox_ids_literal(int64_t *ids, size_t n, pb_buf_t *out);
 pb_status_t pb_outbox_send_mark_relayed(PGconn *conn, int64_t *ids, size_t n, pb_buf_t *literal,
                                         pb_error_t *err) PB_MUSTCHECK;
 
-/* Rows still pending (published_at IS NULL), due or not. */
+/* Rows still pending that are due or failed before (not those whose available_at, or an
+ * earlier event's of their aggregate, is still to come: `relay --drain` leaves them). */
 pb_status_t pb_outbox_pending(pb_outbox_t *ob, int64_t *count, pb_error_t *err) PB_MUSTCHECK;
 
 /* Builds the literals for pb_outbox_send_settle from the batch's events and their outcomes

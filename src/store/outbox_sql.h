@@ -18,14 +18,17 @@
  *   0 id bigint, 1 event_id uuid, 2 aggregate_type, 3 aggregate_id, 4 event_type,
  *   5 payload (text), 6 headers (text), 7 destination (NULL: none),
  *   8 created_at as unix microseconds (bigint), 9 attempts (int), 10 parked (boolean),
- *   11 sequence (bigint, NULL for an event written before schema version 8).
- * A parked row was behind an earlier waiting event of its aggregate: the statement already set
- * it waiting (until that event's retry time, or its own if later), committed with it; it is not
- * to be published. With relay.shards > 1 its cost is bounded once PB_OUTBOX_SHARD_INDEX_SQL
- * built the index for the count. */
+ *   11 sequence (bigint, NULL for an event written before schema version 8),
+ *   12 available_at, 13 expires_at as unix microseconds (bigint, NULL: none; version 16).
+ * A parked row was behind an earlier waiting event of its aggregate (one waiting for a retry,
+ * or for its available_at): the statement already set it waiting (until that event's time, or
+ * its own if later), committed with it; it is not to be published. A row whose available_at is
+ * still to come is waiting from its insert on (sql/016_expiry_delay.sql), so every row claimed is
+ * due by the database's clock. With relay.shards > 1 its cost is bounded once
+ * PB_OUTBOX_SHARD_INDEX_SQL built the index for the count. */
 #define PB_OUTBOX_CLAIM_SQL                                                                    \
     "SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "        \
-    "destination, created_at_us, attempts, parked, sequence "                                  \
+    "destination, created_at_us, attempts, parked, sequence, available_at_us, expires_at_us "  \
     "FROM postbox.claim($1::int, $2::int, $3::int[], $4::int8multirange)"
 
 /* Run by `postbox init` (relay.shards is the same for every instance), outside a transaction

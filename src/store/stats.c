@@ -6,23 +6,41 @@
 #include "common/str.h"
 #include "store/pg.h"
 
-/* ORDER BY id makes the planner walk the primary key: since schema version 4 the outbox holds
- * pending rows only, so the first entries qualify (a sequential scan could read the whole table
- * before it meets the oldest one). */
+/* ORDER BY id makes the planner walk an index in id order: since schema version 4 the outbox
+ * holds pending rows only, so the first entries qualify (a sequential scan could read the whole
+ * table before it meets the oldest one). $1: the cap. Columns: 0 backlog (bounded), 1 first
+ * pending id, 2 last pending id, 3 oldest due id, 4 its age (s), 5 the most overdue waiting
+ * row's id, 6 how long it is overdue (s), 7 retrying (bounded), 8 dead letters (bounded),
+ * 9 delayed (bounded), 10 rows of postbox.cdc_deferred (bounded). */
 static const char stats_sql[] =
-    "WITH oldest AS (SELECT id, created_at FROM postbox.outbox WHERE published_at IS NULL "
-    "                ORDER BY id LIMIT 1), "
+    "WITH first AS (SELECT id FROM postbox.outbox WHERE published_at IS NULL ORDER BY id LIMIT 1), "
     "     newest AS (SELECT id FROM postbox.outbox WHERE published_at IS NULL "
-    "                ORDER BY id DESC LIMIT 1) "
+    "                ORDER BY id DESC LIMIT 1), "
+    "     ready AS (SELECT id FROM postbox.outbox WHERE published_at IS NULL AND NOT waiting "
+    "               ORDER BY id LIMIT 1), "
+    "     retrying AS (SELECT count(*) AS n, min(id) AS first "
+    "                  FROM (SELECT id FROM postbox.outbox "
+    "                        WHERE published_at IS NULL AND attempts > 0 LIMIT $1::bigint) r), "
+    "     oldest AS (SELECT o.id, greatest(o.created_at, o.available_at) AS since "
+    "                FROM postbox.outbox o "
+    "                WHERE o.id = least((SELECT id FROM ready), (SELECT first FROM retrying))), "
+    "     overdue AS (SELECT id, next_attempt_at FROM postbox.outbox "
+    "                 WHERE waiting AND next_attempt_at <= now() "
+    "                 ORDER BY next_attempt_at, id LIMIT 1) "
     "SELECT (SELECT count(*) FROM (SELECT 1 FROM postbox.outbox WHERE published_at IS NULL "
     "                              ORDER BY id LIMIT $1::bigint) s), "
-    "       coalesce((SELECT id FROM oldest), 0), coalesce((SELECT id FROM newest), 0), "
-    "       coalesce((SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 "
-    "                 FROM oldest), 0), "
+    "       coalesce((SELECT id FROM first), 0), coalesce((SELECT id FROM newest), 0), "
+    "       coalesce((SELECT id FROM oldest), 0), "
+    "       coalesce((SELECT extract(epoch FROM clock_timestamp() - since)::float8 FROM oldest), 0), "
+    "       coalesce((SELECT id FROM overdue), 0), "
+    "       coalesce((SELECT extract(epoch FROM clock_timestamp() - next_attempt_at)::float8 "
+    "                 FROM overdue), 0), "
+    "       (SELECT n FROM retrying), "
+    "       (SELECT count(*) FROM (SELECT 1 FROM postbox.dead_letters LIMIT $1::bigint) d), "
     "       (SELECT count(*) FROM (SELECT 1 FROM postbox.outbox "
-    "                              WHERE published_at IS NULL AND attempts > 0 "
-    "                              LIMIT $1::bigint) r), "
-    "       (SELECT count(*) FROM (SELECT 1 FROM postbox.dead_letters LIMIT $1::bigint) d)";
+    "                              WHERE waiting AND next_attempt_at > now() AND attempts = 0 "
+    "                              LIMIT $1::bigint) w), "
+    "       (SELECT count(*) FROM (SELECT 1 FROM postbox.cdc_deferred LIMIT $1::bigint) c)";
 
 pb_status_t pb_stats_outbox(PGconn *conn, int64_t cap, pb_outbox_stats_t *out, pb_error_t *err)
 {
@@ -36,13 +54,21 @@ pb_status_t pb_stats_outbox(PGconn *conn, int64_t cap, pb_outbox_stats_t *out, p
     int64_t bounded = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
     int64_t min_id = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
     int64_t max_id = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
-    out->oldest_id = min_id;
-    out->oldest_age_s = strtod(PQgetvalue(res, 0, 3), NULL);
-    if (out->oldest_age_s < 0)
-        out->oldest_age_s = 0;
-    out->retrying = strtoll(PQgetvalue(res, 0, 4), NULL, 10);
-    out->dead_letters = strtoll(PQgetvalue(res, 0, 5), NULL, 10);
+    int64_t oldest_id = strtoll(PQgetvalue(res, 0, 3), NULL, 10);
+    double oldest_age = strtod(PQgetvalue(res, 0, 4), NULL);
+    int64_t overdue_id = strtoll(PQgetvalue(res, 0, 5), NULL, 10);
+    double overdue_age = strtod(PQgetvalue(res, 0, 6), NULL);
+    if (overdue_id && (!oldest_id || overdue_age > oldest_age)) {
+        oldest_id = overdue_id;
+        oldest_age = overdue_age;
+    }
+    out->oldest_id = oldest_id;
+    out->oldest_age_s = oldest_age > 0 ? oldest_age : 0;
+    out->retrying = strtoll(PQgetvalue(res, 0, 7), NULL, 10);
+    out->dead_letters = strtoll(PQgetvalue(res, 0, 8), NULL, 10);
     out->dead_exact = out->dead_letters < cap;
+    out->delayed = strtoll(PQgetvalue(res, 0, 9), NULL, 10);
+    out->cdc_deferred = strtoll(PQgetvalue(res, 0, 10), NULL, 10);
     out->backlog_exact = bounded < cap;
     out->backlog = bounded;
     if (!out->backlog_exact && max_id - min_id + 1 > bounded)

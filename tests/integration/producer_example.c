@@ -1,10 +1,15 @@
 /* Example and test of libpostbox's producer API: a business change and its events commit or
  * roll back together. Usage: producer_example DSN (the postbox schema must exist).
- * Commits 1 single + a batch of 3 events (aggregate_type "producer-test"), rolls back 2 more. */
+ * Commits 1 single + a batch of 3 events (aggregate_type "producer-test"), rolls back 2 more;
+ * then, with times (schema version 16), commits 1 single event available in an hour and
+ * expiring in two, and a batch of 2 (aggregate_type "producer-timed": one expiring in an hour,
+ * one without times: both later events of the delayed one's aggregate, so they wait behind it),
+ * and sees an expiry not after the available time refused. */
 #include <postbox/postbox.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int exec_ok(PGconn *conn, const char *sql)
 {
@@ -93,6 +98,37 @@ int main(int argc, char **argv)
         failures++;
     } else {
         printf("bad payload refused: %s\n", err);
+    }
+    exec_ok(conn, "ROLLBACK");
+
+    /* With times: wait an hour, expire in two; a batch with an expiry on its first event only. */
+    const int64_t hour_us = INT64_C(3600000000);
+    int64_t now_us = (int64_t)time(NULL) * 1000000;
+    postbox_event_t timed = ev;
+    timed.aggregate_type = "producer-timed";
+    timed.payload = "{\"reminder\": true}";
+    postbox_timing_t later = {.available_at_us = now_us + hour_us, .expires_at_us = now_us + 2 * hour_us};
+    postbox_event_t tbatch[2] = {timed, timed};
+    postbox_timing_t ttimes[2] = {{.expires_at_us = now_us + hour_us}, {0}};
+    if (!exec_ok(conn, "BEGIN"))
+        return 1;
+    if (postbox_enqueue_timed(conn, &timed, &later, id, err, sizeof err) != 0 ||
+        postbox_enqueue_batch_timed(conn, tbatch, ttimes, 2, ids, err, sizeof err) != 0) {
+        fprintf(stderr, "FAIL: timed enqueue: %s\n", err);
+        return 1;
+    }
+    printf("committed timed %s, %s, %s\n", id, ids[0], ids[1]);
+    if (!exec_ok(conn, "COMMIT"))
+        return 1;
+    /* expiring when it becomes available: it could never be published */
+    postbox_timing_t never = {.available_at_us = now_us + hour_us, .expires_at_us = now_us + hour_us};
+    if (!exec_ok(conn, "BEGIN"))
+        return 1;
+    if (postbox_enqueue_timed(conn, &timed, &never, id, err, sizeof err) == 0) {
+        fprintf(stderr, "FAIL: an expiry not after the available time was accepted\n");
+        failures++;
+    } else {
+        printf("timing refused: %s\n", err);
     }
     exec_ok(conn, "ROLLBACK");
 

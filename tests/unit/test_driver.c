@@ -11,7 +11,11 @@
  * on its own connection. RETRY makes a row wait
  * for its retry delay (relay.backoff_base/cap = 1 ms here unless a test says otherwise) with
  * attempts + 1; dead and published rows leave; HELD rows stay pending. A variant retries in place
- * (like cdc). Every settle is recorded (results and plans per event).
+ * (like cdc). Every settle is recorded (results and plans per event). A row may have an
+ * available_at and an expires_at (unix microseconds): in `check_due` mode (like the cdc stream) the
+ * fake hands them to the driver to judge by its clock, and rows marked `behind` come with
+ * behind_deferred set (an earlier event of their aggregate was set aside before); a DEFERRED row
+ * is set aside (ROW_SET_ASIDE), as the cdc capture writes it to postbox.cdc_deferred.
  *
  * The fake sink is scripted per event id (publish, fail N times with RETRY, always RETRY, reject
  * in check) and per send number (lose the connection in send or in await, set *stop in await);
@@ -48,7 +52,7 @@ static int64_t g_seq; /* orders the sink's confirms and the capture's writes */
 
 /* ---- the fake capture ------------------------------------------------------------------------ */
 
-typedef enum row_state { ROW_PENDING, ROW_WAITING, ROW_PUBLISHED, ROW_DEAD } row_state_t;
+typedef enum row_state { ROW_PENDING, ROW_WAITING, ROW_PUBLISHED, ROW_DEAD, ROW_SET_ASIDE } row_state_t;
 
 typedef struct row {
     int64_t id;
@@ -57,6 +61,8 @@ typedef struct row {
     char agg_id[16];
     int attempts;
     row_state_t state;
+    int64_t available_at_us, expires_at_us;
+    bool behind;           /* check_due mode: handed out as behind an event set aside before */
     int64_t due_at;        /* ROW_WAITING: monotonic ms */
     int64_t dead_seq;      /* when its dead letter was written */
     int dead_attempts;
@@ -77,6 +83,7 @@ typedef struct settle_rec {
 
 typedef struct fake_batch {
     pb_event_t events[MAX_BATCH];
+    bool behind[MAX_BATCH];
     size_t rows[MAX_BATCH];
     size_t n;
     int number;
@@ -95,6 +102,7 @@ typedef struct fake_settle {
 typedef struct fake_cap {
     pb_capture_t base;
     bool ahead_mode; /* claim the next batch in overlap, before this one is settled */
+    bool check_due;  /* hand the rows' available_at to the driver (as the cdc stream does) */
     row_t rows[MAX_ROWS];
     size_t n_rows;
     fake_batch_t cur, ahead;
@@ -219,7 +227,10 @@ static void claim(fake_cap_t *c, fake_batch_t *out, const fake_batch_t *ex, bool
             .payload_len = 2,
             .created_at_us = pb_wall_us(),
             .attempts = r->attempts,
+            .available_at_us = r->available_at_us,
+            .expires_at_us = r->expires_at_us,
         };
+        out->behind[k] = r->behind;
     }
 }
 
@@ -239,6 +250,8 @@ static void apply(fake_cap_t *c, const fake_settle_t *st)
             r->state = ROW_WAITING;
             r->attempts++;
             r->due_at = now + st->delay[k];
+        } else if (st->out[k] == PB_OUT_DEFERRED) {
+            r->state = ROW_SET_ASIDE;
         } /* HELD: left pending as it is */
     }
 }
@@ -304,6 +317,8 @@ static void hand_out(fake_cap_t *c, pb_capture_batch_t *b, bool behind)
     b->events = c->cur.events;
     b->n = c->cur.n;
     b->behind_unsettled = behind;
+    b->check_due = c->check_due;
+    b->behind_deferred = c->check_due ? c->cur.behind : NULL;
 }
 
 static pb_status_t fc_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_t *err)
@@ -396,8 +411,13 @@ static pb_status_t fc_settle(pb_capture_t *cap, const pb_result_t *results,
             cap_violation(c, "a REJECT that is not dead-lettered");
         if (plans[i].dead && (!plans[i].reason || !plans[i].reason[0]))
             cap_violation(c, "a dead letter without a reason");
-        if (cap->ops->retries_in_place && o != PB_OUT_PUBLISHED && !plans[i].dead)
+        if (cap->ops->retries_in_place && o != PB_OUT_PUBLISHED && o != PB_OUT_DEFERRED &&
+            !plans[i].dead)
             cap_violation(c, "an in-place capture got an outcome that is not final");
+        if (o == PB_OUT_EXPIRED && (!plans[i].dead || strcmp(plans[i].reason, "expired") != 0))
+            cap_violation(c, "an EXPIRED outcome that is not a dead letter with reason expired");
+        if (o == PB_OUT_DEFERRED && (plans[i].dead || !c->check_due))
+            cap_violation(c, "a DEFERRED outcome dead-lettered, or from a capture whose events are due");
         c->s.rows[i] = c->cur.rows[i];
         c->s.out[i] = o;
         c->s.dead[i] = plans[i].dead;
@@ -1329,6 +1349,139 @@ static void retry_is_not_overtaken_by_its_aggregate(void **state)
     world_free(w);
 }
 
+/* ---- 8. expiry and delay ------------------------------------------------------------------- */
+
+#define HOUR_US INT64_C(3600000000)
+
+/* One batch [A1 B2 A3 B4] (poll); A1 expired an hour ago: it is dead-lettered with reason
+ * "expired", never sent nor checked by the sink, and the later events of its aggregate are not
+ * held for it: A3 goes in the same batch. */
+static void expired_event_is_dead_lettered_not_sent(void **state)
+{
+    (void)state;
+    world_t *w = world_new(&fake_poll_ops, false, 8, 5);
+    add_rows(w->cap, "ABAB");
+    row_of(w->cap, 1)->expires_at_us = pb_wall_us() - HOUR_US;
+    row_of(w->cap, 2)->expires_at_us = pb_wall_us() + HOUR_US; /* not yet */
+    world_run(w);
+    assert_clean_run(w);
+    assert_int_equal(w->cap->settles, 1);
+    const settle_rec_t *s = &w->cap->log[0];
+    assert_int_equal(s->outcomes[0], PB_OUT_EXPIRED);
+    assert_true(s->dead[0]);
+    assert_string_equal(s->reasons[0], "expired");
+    for (size_t i = 1; i < 4; i++)
+        assert_int_equal(s->outcomes[i], PB_OUT_PUBLISHED);
+    assert_int_equal(w->snk->tries[1], 0);
+    assert_int_equal(w->snk->checks[1], 0);
+    assert_int_equal(row_of(w->cap, 1)->state, ROW_DEAD);
+    assert_string_equal(row_of(w->cap, 1)->dead_reason, "expired");
+    assert_published_once(w, 2);
+    assert_published_once(w, 3);
+    assert_published_once(w, 4);
+    world_free(w);
+}
+
+/* The batch claimed ahead (behind_unsettled) is not held behind an expired event of the batch
+ * before: batch 1 = [A1 B2] with A1 expired, batch 2 = [A3 B4] claimed while batch 1 was out;
+ * A3 is published in batch 2, not held (an expired event is never published, so nothing of
+ * its aggregate waits for it). */
+static void expired_event_holds_nothing_back_in_the_batch_ahead(void **state)
+{
+    (void)state;
+    world_t *w = world_new(&fake_poll_ops, true, 2, 5);
+    add_rows(w->cap, "ABAB");
+    row_of(w->cap, 1)->expires_at_us = 1; /* 1970 */
+    world_run(w);
+    assert_clean_run(w);
+    size_t i3 = 0;
+    const settle_rec_t *s3 = first_settle_of(w->cap, 3, &i3);
+    assert_non_null(s3);
+    assert_int_equal(s3->batch, 2);
+    assert_int_equal(s3->outcomes[i3], PB_OUT_PUBLISHED);
+    assert_int_equal(settles_with(w->cap, 3, PB_OUT_HELD), 0);
+    assert_int_equal(row_of(w->cap, 1)->state, ROW_DEAD);
+    assert_int_equal(w->snk->tries[1], 0);
+    world_free(w);
+}
+
+/* A capture that asks the driver to judge the times (the cdc stream), one batch
+ * [A1 B2 A3 C4 B5 C6]: A1's available_at is an hour away, so A1 and A3 after it are deferred;
+ * C4 comes behind an event of C set aside in an earlier batch (behind_deferred), so C4 and C6
+ * are deferred; B flows on. Deferred is final for the in-place capture: one settle, nothing of
+ * A or C sent. */
+static void not_due_events_and_their_aggregate_are_deferred(void **state)
+{
+    (void)state;
+    world_t *w = world_new(&fake_inplace_ops, false, 8, 5);
+    w->cap->check_due = true;
+    add_rows(w->cap, "ABACBC");
+    row_of(w->cap, 1)->available_at_us = pb_wall_us() + HOUR_US;
+    row_of(w->cap, 2)->available_at_us = pb_wall_us() - HOUR_US; /* due */
+    row_of(w->cap, 4)->behind = true;
+    world_run(w);
+    assert_clean_run(w);
+    assert_int_equal(w->cap->settles, 1);
+    const settle_rec_t *s = &w->cap->log[0];
+    pb_outcome_t want[6] = {PB_OUT_DEFERRED, PB_OUT_PUBLISHED, PB_OUT_DEFERRED,
+                            PB_OUT_DEFERRED, PB_OUT_PUBLISHED, PB_OUT_DEFERRED};
+    for (size_t i = 0; i < 6; i++) {
+        assert_int_equal(s->outcomes[i], want[i]);
+        assert_false(s->dead[i]);
+    }
+    for (int64_t id = 1; id <= 6; id++)
+        if (id != 2 && id != 5) {
+            assert_int_equal(w->snk->tries[id], 0);
+            assert_int_equal(row_of(w->cap, id)->state, ROW_SET_ASIDE);
+        }
+    assert_published_once(w, 2);
+    assert_published_once(w, 5);
+    world_free(w);
+}
+
+/* An event whose available_at is to come is published when the capture says its batch is due
+ * (the poll capture: the claim decided by the database's clock): the driver does not judge
+ * again by its own. */
+static void due_batches_are_not_judged_again(void **state)
+{
+    (void)state;
+    world_t *w = world_new(&fake_poll_ops, true, 4, 5);
+    add_rows(w->cap, "AB");
+    row_of(w->cap, 1)->available_at_us = pb_wall_us() + HOUR_US;
+    world_run(w);
+    assert_clean_run(w);
+    assert_all_published_once(w);
+    world_free(w);
+}
+
+/* In place, an event retried past its expiry expires: [A1 B2 A3], A1 always fails and expires
+ * 100 ms from now (retried every few milliseconds meanwhile, max_attempts far away); it ends
+ * dead-lettered with reason "expired", and A3, held behind it while it was retried, is published
+ * after it. */
+static void retried_in_place_until_it_expires(void **state)
+{
+    (void)state;
+    world_t *w = world_new(&fake_inplace_ops, false, 8, 100000);
+    w->cfg.relay_backoff_base = 5;
+    w->cfg.relay_backoff_cap = 5;
+    add_rows(w->cap, "ABA");
+    w->snk->script[1] = SS_ALWAYS_RETRY;
+    row_of(w->cap, 1)->expires_at_us = pb_wall_us() + 100000;
+    world_run(w);
+    assert_clean_run(w);
+    assert_int_equal(w->cap->settles, 1);
+    const settle_rec_t *s = &w->cap->log[0];
+    assert_int_equal(s->outcomes[0], PB_OUT_EXPIRED);
+    assert_true(s->dead[0]);
+    assert_string_equal(s->reasons[0], "expired");
+    assert_true(w->snk->tries[1] >= 2);
+    assert_int_equal(w->snk->published[1], 0);
+    assert_published_once(w, 2);
+    assert_published_once(w, 3);
+    assert_int_equal(w->snk->tries[3], 1); /* held while A1 was retried, then sent once */
+    world_free(w);
+}
+
 int main(void)
 {
     pb_log_set_level("error");
@@ -1357,6 +1510,13 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(in_place_lost_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(retry_is_not_overtaken_by_its_aggregate, setup, teardown),
+        cmocka_unit_test_setup_teardown(expired_event_is_dead_lettered_not_sent, setup, teardown),
+        cmocka_unit_test_setup_teardown(expired_event_holds_nothing_back_in_the_batch_ahead, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(not_due_events_and_their_aggregate_are_deferred, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(due_batches_are_not_judged_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(retried_in_place_until_it_expires, setup, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     pb_metrics_reset();

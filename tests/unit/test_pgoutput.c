@@ -296,6 +296,67 @@ static void parses_timestamps(void **state)
     assert_false(pb_parse_timestamptz("2024-02-29 12:00:00+0", 21, &us));
 }
 
+/* Schema version 16: available_at and expires_at, from an outbox row (timestamptz text, NULL
+ * for none) and from a postbox.emit message (unix microseconds, absent for none); a time before
+ * 1970 is long due (available_at) or long past (expires_at). */
+static void times_of_an_event(void **state)
+{
+    (void)state;
+    pb_pgo_decoder_t dec;
+    pb_pgo_decoder_init(&dec);
+    pb_error_t err;
+    pb_pgo_msg_t m;
+    wire_t w;
+    const char *cols[15];
+    for (int i = 0; i < 13; i++)
+        cols[i] = cols_v1[i];
+    cols[13] = "available_at";
+    cols[14] = "expires_at";
+    relation(&w, 16400, cols, 15);
+    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_OK);
+    pb_cdc_outbox_map_t map;
+    assert_int_equal(pb_cdc_outbox_map(pb_pgo_relation_lookup(&dec, 16400), &map, &err), PB_OK);
+    assert_int_equal(map.available_at, 13);
+    assert_int_equal(map.expires_at, 14);
+
+    const char *times[3][2] = {{"2026-12-02 09:00:00+00", NULL},
+                               {NULL, "2026-11-30 11:03:35.5+00"},
+                               {NULL, "1969-12-31 23:59:59+00"}};
+    int64_t want[3][2] = {{1796202000000000LL, 0}, {0, 1796036615500000LL}, {0, 1}};
+    for (int k = 0; k < 3; k++) {
+        insert_v1(&w, 16400, "7", "A-1");
+        w.b[6] = 0, w.b[7] = 15; /* 15 columns */
+        for (int c = 0; c < 2; c++) {
+            if (times[k][c])
+                w_text(&w, times[k][c]);
+            else
+                w_u8(&w, 'n');
+        }
+        assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_OK);
+        pb_cdc_event_t e;
+        assert_int_equal(pb_cdc_event_from_insert(&map, &m, &e, &err), PB_OK);
+        assert_true(e.ev.available_at_us == want[k][0]);
+        assert_true(e.ev.expires_at_us == want[k][1]);
+        pb_cdc_event_free(&e);
+    }
+    pb_pgo_decoder_free(&dec);
+
+    const char *json = "{\"event_id\":\"e1\",\"aggregate_type\":\"order\",\"aggregate_id\":\"7\","
+                       "\"event_type\":\"t.v1\",\"payload\":{},\"available_at_us\":1796202000000000,"
+                       "\"expires_at_us\":1796205600000000}";
+    pb_cdc_event_t e;
+    assert_int_equal(pb_cdc_event_from_message(json, strlen(json), &e, &err), PB_OK);
+    assert_true(e.ev.available_at_us == 1796202000000000LL);
+    assert_true(e.ev.expires_at_us == 1796205600000000LL);
+    pb_cdc_event_free(&e);
+    json = "{\"event_id\":\"e1\",\"aggregate_type\":\"order\",\"aggregate_id\":\"7\","
+           "\"event_type\":\"t.v1\",\"payload\":{},\"expires_at_us\":-20}";
+    assert_int_equal(pb_cdc_event_from_message(json, strlen(json), &e, &err), PB_OK);
+    assert_true(e.ev.available_at_us == 0);
+    assert_true(e.ev.expires_at_us == 1);
+    pb_cdc_event_free(&e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -304,6 +365,7 @@ int main(void)
         cmocka_unit_test(relation_then_insert_maps_by_name),
         cmocka_unit_test(bad_input_is_an_error),
         cmocka_unit_test(parses_timestamps),
+        cmocka_unit_test(times_of_an_event),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
