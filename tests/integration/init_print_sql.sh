@@ -67,8 +67,25 @@ say "(guard) applied again: $(grep -o 'postbox: this script.*' "$PB_TMP/psql.out
 schema_current guard
 
 # ---- 3. a pending migration -----------------------------------------------------------------------
+# a database at version latest - 1, built from the migration files as psql would apply them (a
+# migration need not be re-runnable: only a schema that really lacks it can take it)
 name=$(psql_q "SELECT name FROM postbox.schema_migrations WHERE version = $latest")
-psql_q "DELETE FROM postbox.schema_migrations WHERE version = $latest"
+main_dsn=$POSTBOX_PG_DSN
+pending_db=${PB_DB}_pending
+psql -XAtq -d "$PB_ADMIN_DSN" -c "DROP DATABASE IF EXISTS $pending_db" -c "CREATE DATABASE $pending_db" >/dev/null
+on_exit "psql -XAtq -d '$PB_ADMIN_DSN' -c 'DROP DATABASE IF EXISTS $pending_db' >/dev/null 2>&1"
+export POSTBOX_PG_DSN=${main_dsn%/*}/$pending_db
+files=()
+for f in "$POSTBOX_SOURCE_DIR"/sql/[0-9][0-9][0-9]_*.sql; do
+    v=$(basename "$f" | sed 's/^0*\([0-9]*\)_.*/\1/')
+    ((v < latest)) && files+=(-f "$f")
+done
+psql -XAtq -v ON_ERROR_STOP=1 -1 -d "$POSTBOX_PG_DSN" -c "SET client_min_messages = warning" \
+    -c "CREATE SCHEMA postbox" \
+    -c "CREATE TABLE postbox.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())" \
+    "${files[@]}" \
+    -c "INSERT INTO postbox.schema_migrations (version, name) SELECT v, 'v' || v FROM generate_series(1, $((latest - 1))) v" >/dev/null ||
+    fail "cannot build a schema at version $((latest - 1))"
 "$POSTBOX_BIN" init --print-sql >"$PB_TMP/pending.sql" || fail "init --print-sql failed"
 grep -q "^-- ---- migration $name ----" "$PB_TMP/pending.sql" || fail "the script lacks $name"
 (($(grep -c '^-- ---- migration ' "$PB_TMP/pending.sql") == 1)) || fail "the script holds more than $name"
@@ -77,6 +94,7 @@ apply "$PB_TMP/pending.sql" || fail "psql could not apply the pending migration:
 schema_current pending
 out=$("$POSTBOX_BIN" init --print-sql) || fail "init --print-sql failed"
 grep -q "nothing to apply" <<<"$out" || fail "a current schema still has something to apply: $out"
+export POSTBOX_PG_DSN=$main_dsn
 
 # ---- 4. --mark-applied -----------------------------------------------------------------------------
 psql_q "DELETE FROM postbox.schema_migrations WHERE version >= $((latest - 1))"
