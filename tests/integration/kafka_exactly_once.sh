@@ -104,7 +104,7 @@ wait "$CONSUMER2_PID" || rc2=$?
 revokes=$(grep -c 'partitions\{0,1\} revoked' "$CONSUMER2_LOG" || true)
 handled2=$(grep -o 'totals: processed [0-9]*' "$CONSUMER2_LOG" | tail -1 | grep -o '[0-9]*$')
 say "the second consumer: ${handled2:-0} messages handled, partitions revoked from it $revokes times"
-((revokes >= 3)) || fail "the second consumer saw only $revokes rebalances"
+((revokes >= 3)) || { tail -n 30 "$CONSUMER2_LOG" >&2; fail "the second consumer saw only $revokes rebalances"; }
 ((${handled2:-0} > 0)) || fail "the second consumer handled nothing"
 
 # postbox status asks the cluster for the group's committed offsets: nothing left
