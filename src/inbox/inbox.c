@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/str.h"
 #include "store/inbox_sql.h"
+#include "store/pg_array.h"
 #include "store/pg.h"
 
 #define FAC "inbox"
@@ -154,96 +155,81 @@ static int compare_strings(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* An array element in double quotes; in one piece when nothing needs a backslash (the common
- * case: pb_buf_append_array_text goes byte by byte). */
-static void put_array_text(pb_buf_t *b, const char *s)
-{
-    size_t len = strcspn(s, "\"\\");
-    if (s[len] != '\0') {
-        pb_buf_append_array_text(b, s);
-        return;
-    }
-    pb_buf_putc(b, '"');
-    pb_buf_append(b, s, len);
-    pb_buf_putc(b, '"');
-}
-
-/* The parameters of the inbox rows' claim (pb_inbox_claim_batch, pb_inbox_claim_all): array
- * literals of the messages in state ST_NEW, one after the other in the scratch buffer. */
+/* The parameters of the inbox rows' claim (pb_inbox_claim_batch, pb_inbox_claim_all): the
+ * consumer, then binary arrays of the messages in state ST_NEW, one after the other in the
+ * scratch buffer. */
 typedef enum claim_array { CLAIM_IDS, CLAIM_TYPES, CLAIM_AGG_TYPES, CLAIM_AGG_IDS, CLAIM_SEQS,
                            CLAIM_ARRAYS } claim_array_t;
+enum { CLAIM_PARAMS = 1 + CLAIM_ARRAYS };
 
-static void put_claim_element(pb_buf_t *b, claim_array_t which, const pb_message_t *m)
+typedef struct claim_params {
+    const char *values[CLAIM_PARAMS];
+    int lengths[CLAIM_PARAMS];
+    int formats[CLAIM_PARAMS];
+    size_t rows;
+} claim_params_t;
+
+static void put_claim_element(pb_buf_t *b, pb_pg_array_t *a, claim_array_t which,
+                              const pb_message_t *m)
 {
     bool numbered = pb_inbox_seq_has(m); /* only numbered rows are folded by the purge */
     switch (which) {
     case CLAIM_IDS:
-        put_array_text(b, m->message_id);
+        pb_pg_array_text(a, b, m->message_id);
         break;
     case CLAIM_TYPES:
-        if (m->type)
-            put_array_text(b, m->type);
-        else
-            pb_buf_puts(b, "NULL");
+        pb_pg_array_text(a, b, m->type);
         break;
     case CLAIM_AGG_TYPES:
-        if (numbered)
-            put_array_text(b, pb_inbox_seq_type(m));
-        else
-            pb_buf_puts(b, "NULL");
+        pb_pg_array_text(a, b, numbered ? pb_inbox_seq_type(m) : NULL);
         break;
     case CLAIM_AGG_IDS:
-        if (numbered)
-            put_array_text(b, m->aggregate_id);
-        else
-            pb_buf_puts(b, "NULL");
+        pb_pg_array_text(a, b, numbered ? m->aggregate_id : NULL);
         break;
     default:
         if (numbered)
-            pb_buf_put_int64(b, m->sequence);
+            pb_pg_array_int8(a, b, m->sequence);
         else
-            pb_buf_puts(b, "NULL");
+            pb_pg_array_null(a, b);
         break;
     }
 }
 
-/* Fills params[1..CLAIM_ARRAYS] (params[0] is the consumer); returns how many rows. */
-static size_t put_claim_arrays(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
-                               const char *params[1 + CLAIM_ARRAYS])
+static void put_claim_arrays(pb_inbox_t *ib, const pb_message_t *msgs, size_t n,
+                             claim_params_t *p)
 {
     pb_buf_t *b = &ib->scratch;
     pb_buf_reset(b);
-    size_t at[CLAIM_ARRAYS];
-    size_t rows = 0;
-    for (int a = 0; a < CLAIM_ARRAYS; a++) {
-        at[a] = b->len;
-        pb_buf_putc(b, '{');
-        rows = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (ib->state[i] != ST_NEW)
-                continue;
-            if (rows++)
-                pb_buf_putc(b, ',');
-            put_claim_element(b, (claim_array_t)a, &msgs[i]);
-        }
-        pb_buf_putc(b, '}');
-        pb_buf_putc(b, '\0');
+    pb_pg_array_t arrays[CLAIM_ARRAYS];
+    p->rows = 0;
+    for (int k = 0; k < CLAIM_ARRAYS; k++) {
+        pb_pg_array_begin(&arrays[k], b, k == CLAIM_SEQS ? PB_PG_OID_INT8 : PB_PG_OID_TEXT);
+        for (size_t i = 0; i < n; i++)
+            if (ib->state[i] == ST_NEW)
+                put_claim_element(b, &arrays[k], (claim_array_t)k, &msgs[i]);
+        pb_pg_array_end(&arrays[k], b);
     }
-    params[0] = ib->cfg->consume_consumer;
-    for (int a = 0; a < CLAIM_ARRAYS; a++)
-        params[1 + a] = b->data + at[a]; /* the buffer is final: no more growth */
-    return rows;
+    p->rows = arrays[0].count;
+    p->values[0] = ib->cfg->consume_consumer;
+    p->lengths[0] = 0;
+    p->formats[0] = 0;
+    for (int k = 0; k < CLAIM_ARRAYS; k++) { /* the buffer is final: no more growth */
+        p->values[1 + k] = pb_pg_array_value(&arrays[k], b);
+        p->lengths[1 + k] = pb_pg_array_length(&arrays[k]);
+        p->formats[1 + k] = 1;
+    }
 }
 
 /* Inserts the inbox rows of the batch; messages whose row existed already, or that repeat an
  * earlier message of the batch, become duplicates. */
 static pb_status_t claim_batch(pb_inbox_t *ib, const pb_message_t *msgs, size_t n, pb_error_t *err)
 {
-    const char *params[1 + CLAIM_ARRAYS];
-    if (put_claim_arrays(ib, msgs, n, params) == 0)
+    claim_params_t p;
+    put_claim_arrays(ib, msgs, n, &p);
+    if (p.rows == 0)
         return PB_OK;
-    PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_claim_batch", 1 + CLAIM_ARRAYS, params,
-                                   NULL, NULL, 0);
+    PGresult *res = PQexecPrepared(ib->conn, "pb_inbox_claim_batch", CLAIM_PARAMS, p.values,
+                                   p.lengths, p.formats, 0);
     pb_status_t st = pb_pg_check(ib->conn, res, PGRES_TUPLES_OK, "inbox insert", err);
     if (st != PB_OK)
         return st;
@@ -457,15 +443,15 @@ static pb_status_t handle_fast(pb_inbox_t *ib, const pb_message_t *msgs, size_t 
     *committed = *handler_failed = false;
     for (size_t i = 0; i < n; i++)
         ib->state[i] = ST_NEW;
-    const char *cp[1 + CLAIM_ARRAYS];
-    put_claim_arrays(ib, msgs, n, cp);
+    claim_params_t cp;
+    put_claim_arrays(ib, msgs, n, &cp);
     if (PQenterPipelineMode(conn) != 1)
         return pb_fail(err, PB_TRANSIENT, "cannot enter pipeline mode: %s", PQerrorMessage(conn));
     /* the flush lets the server work on the claim while the handlers are put together */
     const size_t pre = ib->seq.n_order ? 3 : 2; /* statements before the handlers */
     bool sent = send_simple(conn, "BEGIN") &&
-                PQsendQueryPrepared(conn, "pb_inbox_claim_all", 1 + CLAIM_ARRAYS, cp, NULL, NULL,
-                                    0) == 1 &&
+                PQsendQueryPrepared(conn, "pb_inbox_claim_all", CLAIM_PARAMS, cp.values,
+                                    cp.lengths, cp.formats, 0) == 1 &&
                 (pre == 2 || PQsendQueryPrepared(conn, ib->seq_stmt, 5, ib->seq_params,
                                                  NULL, NULL, 0) == 1) &&
                 PQflush(conn) == 0;
