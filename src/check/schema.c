@@ -52,7 +52,8 @@ static const index_spec_t indexes[] = {
     {PB_CHECK_CONSUME, "inbox_pkey", "postbox.inbox", "the consumer's duplicate check",
      "ALTER TABLE postbox.inbox ADD PRIMARY KEY (consumer, message_id)"},
     {PB_CHECK_CONSUME, "inbox_received_at", "postbox.inbox", "the retention purge of the inbox",
-     "CREATE INDEX CONCURRENTLY inbox_received_at ON postbox.inbox (received_at)"},
+     "CREATE INDEX CONCURRENTLY inbox_received_at ON postbox.inbox USING brin (received_at) "
+     "WITH (autosummarize = on)"},
     {PB_CHECK_CONSUME, "inbox_failures_pkey", "postbox.inbox_failures",
      "the consumer's failure records",
      "ALTER TABLE postbox.inbox_failures ADD PRIMARY KEY (consumer, message_id)"},
