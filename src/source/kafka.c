@@ -17,6 +17,12 @@
  * an acknowledgement that arrives later for one of them finds no record and is ignored. An
  * assignment starts a partition's record afresh. A lost assignment commits nothing.
  *
+ * Read-ahead (prefetch, while the consumer waits for PostgreSQL): the messages librdkafka holds
+ * already are taken and decoded, up to a batch, and kept as tags for the next receive, which
+ * hands them out after the retries; a tag whose partition was revoked meanwhile is passed over,
+ * as a retry's is. librdkafka writes a byte to a pipe when its consumer queue becomes non-empty,
+ * so the consumer can wait for the database and the broker at once.
+ *
  * Commits are asynchronous and gathered: acknowledgements move the committable offsets, the
  * next receive (and close) commits them. A commit that fails is only logged: its messages come
  * again after a restart and the inbox absorbs them (--drain commits it again, see pending).
@@ -30,11 +36,14 @@
  * @thread loop (everything; librdkafka's callbacks are served by rd_kafka_consumer_poll). */
 #include "source/source.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
@@ -66,14 +75,23 @@ typedef struct kmsg {
     char *block;
 } kmsg_t;
 
+/* Tags waiting to be handed out, oldest first. */
+typedef struct tag_queue {
+    uint64_t *tags;
+    size_t n, cap;
+} tag_queue_t;
+
 typedef struct kafka_source {
     pb_source_t base; /* first: the consumer holds a pb_source_t * */
     rd_kafka_t *rk;   /* NULL until connect */
+    rd_kafka_queue_t *queue; /* the consumer queue, for its wake-up pipe; NULL until connect */
+    int wake[2];             /* the pipe librdkafka writes to when the queue fills: read, write */
     rd_kafka_t *ask;  /* --drain's questions to the cluster (group_lag); NULL until then */
     char group[256];
     pb_kafka_offsets_t *offsets;
-    uint64_t *again; /* tags settled "retry later", handed out first (FIFO) */
-    size_t nagain, cap_again;
+    tag_queue_t again;      /* settled "retry later": handed out first */
+    tag_queue_t ahead;      /* read ahead (prefetch): handed out next */
+    uint64_t ahead_bytes;   /* the bodies of those */
     /* messages settled (acknowledged, revoked): freed at the next receive, since the consumer
      * may still read the batch handed out last */
     kmsg_t **garbage;
@@ -202,6 +220,11 @@ static void close_consumer(kafka_source_t *s)
     if (!s->rk)
         return;
     commit_acked(s, true);
+    if (s->queue) {
+        rd_kafka_queue_io_event_enable(s->queue, -1, NULL, 0);
+        rd_kafka_queue_destroy(s->queue);
+        s->queue = NULL;
+    }
     rd_kafka_consumer_close(s->rk); /* leaves the group; the revoke callback runs */
     rd_kafka_destroy(s->rk);
     s->rk = NULL;
@@ -209,7 +232,8 @@ static void close_consumer(kafka_source_t *s)
         rd_kafka_destroy(s->ask);
     s->ask = NULL;
     pb_kafka_offsets_clear(s->offsets);
-    s->nagain = 0;
+    s->again.n = s->ahead.n = 0;
+    s->ahead_bytes = 0;
 }
 
 /* Subscribes to kafka.topics (comma-separated; "^..." is a regular expression). */
@@ -265,6 +289,9 @@ static pb_status_t source_connect(pb_source_t *src, pb_error_t *err)
         s->rk = NULL;
         return st;
     }
+    s->queue = rd_kafka_queue_get_consumer(s->rk);
+    if (s->queue)
+        rd_kafka_queue_io_event_enable(s->queue, s->wake[1], "1", 1);
     s->assigned = s->got_partitions = false;
     int64_t now = pb_monotonic_ms();
     s->catch_up_by = now + JOIN_WAIT_MS;
@@ -410,6 +437,69 @@ static bool take(kafka_source_t *s, const rd_kafka_message_t *m, pb_message_t *o
     return true;
 }
 
+static void tag_push(tag_queue_t *q, uint64_t tag)
+{
+    if (q->n == q->cap) {
+        q->cap = q->cap ? 2 * q->cap : 256;
+        q->tags = pb_realloc(q->tags, q->cap * sizeof *q->tags);
+    }
+    q->tags[q->n++] = tag;
+}
+
+/* Hands out the queued tags' messages into msgs[*n..max), within the byte budget (one message
+ * may exceed it alone); drops what it handed out or found revoked from the queue. Returns the
+ * bodies' bytes handed out. */
+static uint64_t hand_out(kafka_source_t *s, tag_queue_t *q, bool redelivered, pb_message_t *msgs,
+                         size_t max, size_t *n, uint64_t bytes, uint64_t budget)
+{
+    uint64_t given = 0;
+    size_t k = 0;
+    for (; k < q->n && *n < max && !(*n && bytes + given >= budget); k++) {
+        kmsg_t *km = pb_kafka_offsets_lookup(s->offsets, q->tags[k]);
+        if (!km)
+            continue; /* its partition was revoked meanwhile */
+        msgs[*n] = km->msg;
+        msgs[(*n)++].redelivered = redelivered;
+        given += km->msg.body_len;
+    }
+    if (k > 0) {
+        memmove(q->tags, q->tags + k, (q->n - k) * sizeof *q->tags);
+        q->n -= k;
+    }
+    return given;
+}
+
+/* One poll of the consumer, waiting up to timeout_ms: a message to take into *out, else NULL
+ * (*idle when nothing came; an end of partition or an error is dealt with here). */
+static pb_status_t poll_fresh(kafka_source_t *s, int timeout_ms, rd_kafka_message_t **out,
+                              bool *idle, pb_error_t *err)
+{
+    *out = NULL;
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(s->rk, timeout_ms);
+    *idle = m == NULL;
+    if (!m)
+        return PB_OK;
+    if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        if (m->rkt)
+            pb_kafka_offsets_set_at_end(s->offsets, rd_kafka_topic_name(m->rkt), m->partition);
+        rd_kafka_message_destroy(m);
+        return PB_OK;
+    }
+    if (m->err) {
+        rd_kafka_resp_err_t e = m->err;
+        char kind[64];
+        pb_metrics_broker_error("kafka", pb_kafka_error_kind(e, kind, sizeof kind));
+        log_warn(FAC, "kafka consumer: %s", rd_kafka_message_errstr(m));
+        rd_kafka_message_destroy(m);
+        if (e == RD_KAFKA_RESP_ERR__FATAL)
+            return pb_fail(err, PB_TRANSIENT, "kafka consumer: fatal error %s",
+                           rd_kafka_err2str(e));
+        return PB_OK;
+    }
+    *out = m;
+    return PB_OK;
+}
+
 static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t max,
                                   int64_t wait_ms, int64_t batch_wait_ms, size_t *n,
                                   pb_error_t *err)
@@ -422,53 +512,35 @@ static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t m
     commit_acked(s, false);
     sample_lag(s);
     /* the bodies of a batch stay within consume.batch_bytes (one message may exceed it alone) */
-    uint64_t bytes = 0, budget = (uint64_t)s->base.cfg->consume_batch_bytes;
-    size_t k = 0;
-    for (; k < s->nagain && *n < max && !(*n && bytes >= budget); k++) { /* retries first */
-        kmsg_t *km = pb_kafka_offsets_lookup(s->offsets, s->again[k]);
-        if (!km)
-            continue; /* its partition was revoked meanwhile */
-        msgs[*n] = km->msg;
-        bytes += km->msg.body_len;
-        msgs[(*n)++].redelivered = true;
-    }
-    if (k > 0) { /* again is NULL until something was to retry */
-        memmove(s->again, s->again + k, (s->nagain - k) * sizeof *s->again);
-        s->nagain -= k;
-    }
+    uint64_t budget = (uint64_t)s->base.cfg->consume_batch_bytes;
+    uint64_t bytes = hand_out(s, &s->again, true, msgs, max, n, 0, budget);
+    size_t retried = *n;
+    uint64_t ahead = hand_out(s, &s->ahead, false, msgs, max, n, bytes, budget);
+    bytes += ahead;
+    s->ahead_bytes = s->ahead.n ? s->ahead_bytes - ahead : 0;
+    bool fresh = *n > retried;
     if (max == 0) {
         rd_kafka_poll(s->rk, 0); /* error callbacks; a consumer's messages wait */
         return PB_OK;
     }
     int64_t until = pb_monotonic_ms() + (*n ? batch_wait_ms : wait_ms);
-    bool first = *n == 0, fresh = false;
+    bool first = *n == 0;
     while (*n < max && !(*n && bytes >= budget)) {
         int64_t left = until - pb_monotonic_ms();
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(s->rk, left > 0 ? (int)left : 0);
-        if (!m) {
+        rd_kafka_message_t *m;
+        bool idle;
+        pb_status_t st = poll_fresh(s, left > 0 ? (int)left : 0, &m, &idle, err);
+        if (st != PB_OK)
+            return st;
+        if (idle) {
             if (!caught_up(s) && pb_monotonic_ms() < s->catch_up_by)
                 until = pb_monotonic_ms() + 100;
             if (left <= 0 && until <= pb_monotonic_ms())
                 break;
             continue;
         }
-        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            if (m->rkt)
-                pb_kafka_offsets_set_at_end(s->offsets, rd_kafka_topic_name(m->rkt), m->partition);
-            rd_kafka_message_destroy(m);
+        if (!m)
             continue;
-        }
-        if (m->err) {
-            rd_kafka_resp_err_t e = m->err;
-            char kind[64];
-            pb_metrics_broker_error("kafka", pb_kafka_error_kind(e, kind, sizeof kind));
-            log_warn(FAC, "kafka consumer: %s", rd_kafka_message_errstr(m));
-            rd_kafka_message_destroy(m);
-            if (e == RD_KAFKA_RESP_ERR__FATAL)
-                return pb_fail(err, PB_TRANSIENT, "kafka consumer: fatal error %s",
-                               rd_kafka_err2str(e));
-            continue;
-        }
         if (take(s, m, &msgs[*n])) {
             bytes += msgs[(*n)++].body_len;
             fresh = true;
@@ -481,6 +553,52 @@ static pb_status_t source_receive(pb_source_t *src, pb_message_t *msgs, size_t m
     }
     if (fresh)
         s->moved_at = pb_monotonic_ms(); /* progress, for --drain's bound */
+    return PB_OK;
+}
+
+/* Whether a read-ahead of max messages (or of a batch's bytes) is kept already. */
+static bool ahead_full(const kafka_source_t *s, size_t max)
+{
+    return s->ahead.n >= max || s->ahead_bytes >= (uint64_t)s->base.cfg->consume_batch_bytes;
+}
+
+static int source_prefetch_fd(pb_source_t *src, size_t max)
+{
+    kafka_source_t *s = (kafka_source_t *)src;
+    if (!s->rk || !s->queue || ahead_full(s, max))
+        return -1;
+    /* librdkafka writes only when its queue turns non-empty: what a previous read-ahead left
+     * there would not wake the consumer */
+    if (rd_kafka_queue_length(s->queue) > 0 && write(s->wake[1], "1", 1) < 0 && errno != EAGAIN)
+        return -1;
+    return s->wake[0];
+}
+
+static pb_status_t source_prefetch(pb_source_t *src, size_t max, pb_error_t *err)
+{
+    kafka_source_t *s = (kafka_source_t *)src;
+    char sink[64];
+    while (read(s->wake[0], sink, sizeof sink) > 0)
+        ; /* emptied: the next wake-up is a new one */
+    if (!s->rk)
+        return PB_OK;
+    while (!ahead_full(s, max)) {
+        rd_kafka_message_t *m;
+        bool idle;
+        pb_status_t st = poll_fresh(s, 0, &m, &idle, err);
+        if (st != PB_OK)
+            return st;
+        if (idle)
+            break;
+        if (!m)
+            continue;
+        pb_message_t msg;
+        if (take(s, m, &msg)) {
+            tag_push(&s->ahead, msg.tag);
+            s->ahead_bytes += msg.body_len;
+        }
+        rd_kafka_message_destroy(m);
+    }
     return PB_OK;
 }
 
@@ -498,13 +616,8 @@ static pb_status_t source_settle(pb_source_t *src, const pb_settle_t *list, size
             (void)pb_kafka_offsets_ack(s->offsets, tag);
             continue;
         }
-        if (!pb_kafka_offsets_lookup(s->offsets, tag))
-            continue;
-        if (s->nagain == s->cap_again) {
-            s->cap_again = s->cap_again ? 2 * s->cap_again : 256;
-            s->again = pb_realloc(s->again, s->cap_again * sizeof *s->again);
-        }
-        s->again[s->nagain++] = tag; /* stays unacknowledged: the commit stays below it */
+        if (pb_kafka_offsets_lookup(s->offsets, tag))
+            tag_push(&s->again, tag); /* stays unacknowledged: the commit stays below it */
     }
     return PB_OK;
 }
@@ -699,7 +812,10 @@ static void source_free(pb_source_t *src)
     pb_kafka_offsets_free(s->offsets);
     free_garbage(s);
     free(s->garbage);
-    free(s->again);
+    free(s->again.tags);
+    free(s->ahead.tags);
+    close(s->wake[0]);
+    close(s->wake[1]);
     free(s);
 }
 
@@ -715,6 +831,8 @@ static const pb_source_ops_t kafka_source_ops = {
     .connect = source_connect,
     .receive = source_receive,
     .settle = source_settle,
+    .prefetch = source_prefetch,
+    .prefetch_fd = source_prefetch_fd,
     .pending = source_pending,
     .takes_every_event = source_takes_every_event,
     .free = source_free,
@@ -730,6 +848,10 @@ pb_status_t pb_source_kafka_new(const pb_config_t *cfg, pb_source_t **out, pb_er
     memset(s, 0, sizeof *s);
     s->base.ops = &kafka_source_ops;
     s->base.cfg = cfg;
+    if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+        free(s);
+        return pb_fail(err, PB_FATAL, "kafka: cannot create a pipe: %s", strerror(errno));
+    }
     s->offsets = pb_kafka_offsets_new(release_kmsg, s);
     s->last_pending = -1;
     pb_kafka_group(cfg, s->group, sizeof s->group);
