@@ -59,6 +59,10 @@ typedef struct pb_outbox {
     size_t n_published, n_retried, n_dead; /* what the literals built hold */
     pb_buf_t published_ids, retry_ids, retry_errors, retry_delays, dead_ids, dead_reasons,
         dead_tried;
+    /* relay.mask_stored: the masked texts of the events stored now (pb_event_t.store_masked),
+     * written over their outbox rows first in the settle, so that the moves store them */
+    size_t n_masked;
+    pb_buf_t masked_ids, masked_payloads, masked_headers;
     char limit_text[16], shards_text[16];
 } pb_outbox_t;
 
