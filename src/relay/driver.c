@@ -510,21 +510,6 @@ static void restore_masks(driver_t *d, pb_capture_batch_t *b)
         pb_mask_restore(&b->events[i], &d->masked[i]);
 }
 
-/* Whether the settle moves event i to the history or the dead letters. */
-static bool stored_by_settle(const driver_t *d, size_t i)
-{
-    switch (d->results[i].outcome) {
-    case PB_OUT_PUBLISHED:
-        return true;
-    case PB_OUT_RETRY:
-    case PB_OUT_REJECT:
-    case PB_OUT_EXPIRED:
-        return d->plans[i].dead;
-    default:
-        return false;
-    }
-}
-
 /* relay.mask_stored: each event the settle stores is stored masked as it was published, or as it
  * would have been (a dead letter never sent, such as an expired event, is masked now). One that
  * rules apply to but that cannot be masked is stored with a null payload and no headers, never
@@ -535,7 +520,7 @@ static void mask_for_storage(driver_t *d, pb_capture_batch_t *b)
     for (size_t i = 0; i < b->n; i++) {
         pb_event_t *ev = &b->events[i];
         pb_masked_t *keep = &d->masked[i];
-        if (!stored_by_settle(d, i) || !pb_mask_applies(d->mask, ev->event_type))
+        if (!pb_settle_stores(&d->results[i], &d->plans[i]) || !pb_mask_applies(d->mask, ev->event_type))
             continue;
         /* a published event was masked before it went out; a dead one may not have been */
         pb_result_t scratch = {0};

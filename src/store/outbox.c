@@ -277,8 +277,7 @@ void pb_outbox_release_batch(pb_outbox_t *ob)
     clear_batch(ob);
 }
 
-/* Whether the settle moves the event to the history or the dead letters. */
-static bool will_be_stored(const pb_result_t *r, const pb_settle_plan_t *plan)
+bool pb_settle_stores(const pb_result_t *r, const pb_settle_plan_t *plan)
 {
     switch (r->outcome) {
     case PB_OUT_PUBLISHED:
@@ -325,7 +324,7 @@ void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
     ob->n_masked = 0;
     for (size_t i = 0; i < ob->n_events; i++) {
         long long id = (long long)ob->events[i].id;
-        if (ob->events[i].store_masked && will_be_stored(&results[i], &plans[i]))
+        if (ob->events[i].store_masked && pb_settle_stores(&results[i], &plans[i]))
             put_masked(ob, &ob->events[i]);
         switch (results[i].outcome) {
         case PB_OUT_PUBLISHED:

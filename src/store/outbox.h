@@ -80,6 +80,9 @@ typedef struct pb_settle_counts {
     size_t untried;
 } pb_settle_counts_t;
 
+/* Whether the settle moves an event with this outcome to the history or the dead letters. */
+bool pb_settle_stores(const pb_result_t *result, const pb_settle_plan_t *plan);
+
 void pb_outbox_init(pb_outbox_t *ob, PGconn *conn, bool delete_on_publish);
 /* Frees the batch and buffers (not the connection). */
 void pb_outbox_free(pb_outbox_t *ob);
