@@ -476,7 +476,9 @@ static void settle(nats_sink_t *s, size_t i, const pb_puback_t *ack, natsMsg *ms
         char subj[SUBJECT_MAX];
         if (!pb_nats_render_subject(s->base.cfg, &s->events[i], subj, sizeof subj))
             subj[0] = '\0';
-        snprintf(reason, sizeof reason, "no jetstream stream stores subject \"%.120s\"", subj);
+        /* in a cluster also while the stream elects a new leader (its old one died) */
+        snprintf(reason, sizeof reason, "no responders for subject \"%.120s\": no jetstream "
+                                        "stream stores it, or its stream has no leader now", subj);
         fail_event(s, i, reason);
         return;
     }
