@@ -1,8 +1,100 @@
 # shellcheck shell=bash
-# Private broker clusters for the cluster tests (cluster_nats, cluster_kafka); sourced after
-# lib.sh. Every server started here listens on 127.0.0.1, on ports from free_port, keeps its
+# Private broker clusters for the cluster tests (cluster_nats, cluster_kafka) and the steady
+# stream of events they relay and consume; sourced after lib.sh and exactly_once_lib.sh. Every server started here listens on 127.0.0.1, on ports from free_port, keeps its
 # data under PB_TMP, is recorded in PB_PIDS and killed (by pid) when the test exits. The shared
 # servers of scripts/services are never touched.
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# ---- the steady stream of events and its checks -------------------------------------------------
+# N_AGG aggregates, N_TX producer transactions: transaction K enqueues event K of every aggregate
+# (aggregate_type order, payload {"agg": ..., "seq": K}); the handler (POSTBOX_CONSUME_HANDLER
+# below) records each effect in the table effects, in the order they take effect.
+export POSTBOX_CONSUME_HANDLER="INSERT INTO effects (agg, seq) VALUES (\$1::jsonb->>'agg', (\$1::jsonb->>'seq')::int)"
+create_effects() { psql_q "CREATE TABLE effects (n bigserial PRIMARY KEY, agg text NOT NULL, seq int NOT NULL)"; }
+effects() { psql_q "SELECT count(*) FROM effects"; }
+
+produce_tx() { # K: event K of every aggregate, one transaction
+    psql_q "SELECT count(postbox.enqueue('order', 'agg-' || a, 'step.v1',
+                                         jsonb_build_object('agg', 'agg-' || a, 'seq', $1)))
+              FROM generate_series(1, $N_AGG) a" >/dev/null || fail "producer transaction $1 failed"
+}
+# The producer: a steady stream of transactions, one event of every aggregate each (seq = the
+# transaction's number), about 20 a second; its progress in $PB_TMP/produced.
+producer() {
+    local k
+    for ((k = 1; k <= N_TX; k++)); do
+        produce_tx "$k"
+        echo "$k" >"$PB_TMP/produced"
+        sleep 0.03
+    done
+}
+produced() { cat "$PB_TMP/produced" 2>/dev/null || echo 0; }
+wait_produced() { # K: until the producer committed transaction K
+    wait_until "(( \$(produced) >= $1 ))" 60 || fail "the producer is stuck at transaction $(produced)"
+}
+start_producer() { # the producer in the background: PRODUCER_PID
+    producer &
+    PRODUCER_PID=$!
+    PB_PIDS+=("$PRODUCER_PID")
+}
+
+# The sampler: every 100 ms "ms published pending" (pending: committed, not yet published), so
+# that a stall of publishing can be measured afterwards.
+SAMPLES=$PB_TMP/samples
+sampler() {
+    while :; do
+        printf '%s %s\n' "$(now_ms)" "$(psql_q "SELECT count(*) FILTER (WHERE published_at IS NOT NULL),
+                                                       count(*) FILTER (WHERE published_at IS NULL)
+                                                  FROM postbox.outbox" | tr '|' ' ')" >>"$SAMPLES"
+        sleep 0.1
+    done
+}
+# stall_between FROM TO: the longest stretch (ms) between the two times during which the
+# published count did not move although events were pending
+stall_between() {
+    awk -v from="$1" -v to="$2" '$1 >= from && $1 <= to {
+            if ($3 > 0 && $2 == last && t0 > 0) { if ($1 - t0 > worst) worst = $1 - t0 }
+            else t0 = $1
+            last = $2
+        }
+        END { print worst + 0 }' "$SAMPLES"
+}
+# failing_between FROM TO: ms from FROM to the last publish failure the relay logged before TO
+failing_between() {
+    local last=0 line ts ms
+    while IFS= read -r line; do
+        ts=${line%% *}
+        ms=$(date -d "$ts" +%s%3N 2>/dev/null) || continue
+        ((ms >= $1 && ms <= $2)) && last=$ms
+    done < <(grep 'relay: publish failed' "$PB_RELAY_LOG")
+    echo $((last > 0 ? last - $1 : 0))
+}
+
+start_sampler() {
+    sampler &
+    PB_PIDS+=($!)
+}
+
+# effects_stats: n, distinct, out_of_order (effects not in their aggregate's order), missing
+# (committed events without an inbox row), dups (duplicates the inbox absorbed, from CONSUMER_LOG)
+effects_stats() {
+    n=$(effects)
+    distinct=$(psql_q "SELECT count(DISTINCT (agg, seq)) FROM effects")
+    out_of_order=$(psql_q "SELECT count(*) FROM (SELECT seq, row_number() OVER (PARTITION BY agg ORDER BY n) AS rn FROM effects) x WHERE seq <> rn")
+    missing=$(psql_q "SELECT count(*) FROM postbox.outbox_all o WHERE NOT EXISTS
+                        (SELECT 1 FROM postbox.inbox i WHERE i.message_id = o.event_id::text)")
+    dups=$(grep -c 'duplicate message' "$CONSUMER_LOG" || true)
+}
+# check_effects: after effects_stats, every one of the total events took effect once, in order
+check_effects() {
+    ((n == total && distinct == total)) || fail "$n effects ($distinct distinct), expected $total once each"
+    ((missing == 0)) || fail "$missing committed event(s) never took effect"
+    ((out_of_order == 0)) || fail "$out_of_order effects out of their aggregate's order"
+    [[ $(psql_q "SELECT count(*) FROM postbox.inbox_dead") == 0 ]] || fail "dead letters in the inbox"
+    [[ $(dead_count) == 0 ]] || fail "dead letters in the outbox"
+    check_in_order "$CONSUMER_LOG"
+}
 
 # ---- NATS: a JetStream cluster of three nodes -------------------------------------------------
 # nats_cluster_start: nodes n1, n2, n3 (server_name) in cluster pb-<test>, each with a client
@@ -52,4 +144,21 @@ nats_node_kill() { # I: SIGKILL node I (by its recorded pid)
     local i=$1
     kill -KILL "${NATS_NODE_PID[i]}" 2>/dev/null || true
     wait "${NATS_NODE_PID[i]}" 2>/dev/null || true
+}
+
+# ---- Kafka: a mock cluster of three brokers (tools/kafka-mock.c) -------------------------------
+# kafka_cluster_start: a mock cluster of this test's own; POSTBOX_KAFKA_BROKERS and
+# POSTBOX_KAFKA_CONTROL (kafka_control) name it from then on.
+kafka_cluster_start() {
+    : "${POSTBOX_KAFKA_MOCK_BIN:?POSTBOX_KAFKA_MOCK_BIN must name the kafka-mock binary}"
+    local d=$PB_TMP/kafka
+    mkdir -p "$d"
+    "$POSTBOX_KAFKA_MOCK_BIN" --brokers 3 --bootstrap-file "$d/brokers" --control "$d/control" \
+        >"$d/stdout.log" 2>"$d/kafka.log" </dev/null &
+    KAFKA_MOCK_PID=$!
+    PB_PIDS+=("$KAFKA_MOCK_PID")
+    wait_until '[[ -s $d/brokers ]] || ! pid_alive "$KAFKA_MOCK_PID"' 20 && [[ -s $d/brokers ]] ||
+        fail "the kafka mock cluster did not start: $(tail -n 5 "$d/kafka.log")"
+    export POSTBOX_KAFKA_BROKERS=$(<"$d/brokers") POSTBOX_KAFKA_CONTROL=$d/control
+    say "Kafka mock cluster of 3 brokers at $POSTBOX_KAFKA_BROKERS"
 }

@@ -18,7 +18,6 @@ source "$(dirname "$0")/nats_lib.sh"
 source "$(dirname "$0")/cluster_lib.sh"
 
 export POSTBOX_CONSUME_CONSUMER=ordered
-export POSTBOX_CONSUME_HANDLER="INSERT INTO effects (agg, seq) VALUES (\$1::jsonb->>'agg', (\$1::jsonb->>'seq')::int)"
 export POSTBOX_NATS_REPLICAS=3 POSTBOX_NATS_ACK_WAIT=3s
 export POSTBOX_RELAY_RECONNECT_CAP=1s POSTBOX_CONSUME_RECONNECT_CAP=1s
 DURABLE=postbox_ordered
@@ -29,15 +28,8 @@ total=$((N_AGG * N_TX))
 nats_cluster_start
 export POSTBOX_NATS_URL=$NATS_CLUSTER_URL
 
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-effects() { psql_q "SELECT count(*) FROM effects"; }
 consumer_state() { nats_tool consumer-info "$POSTBOX_NATS_URL" "$POSTBOX_NATS_STREAM" "$DURABLE" 2>/dev/null; }
 leader() { nats_tool stream-leader "$POSTBOX_NATS_URL" "$POSTBOX_NATS_STREAM" 2>/dev/null || echo -; }
-produce_tx() { # K: event K of every aggregate, one transaction
-    psql_q "SELECT count(postbox.enqueue('order', 'agg-' || a, 'step.v1',
-                                         jsonb_build_object('agg', 'agg-' || a, 'seq', $1)))
-              FROM generate_series(1, $N_AGG) a" >/dev/null || fail "producer transaction $1 failed"
-}
 # node_of PID: the number (1..3) of the node whose client port PID has a connection to
 node_of() {
     local i
@@ -50,47 +42,14 @@ node_of() {
     echo 0
 }
 
-# The sampler: every 100 ms "ms published pending" (pending: committed, not yet published), so
-# that a stall of publishing can be measured afterwards.
-SAMPLES=$PB_TMP/samples
-sampler() {
-    while :; do
-        printf '%s %s\n' "$(now_ms)" "$(psql_q "SELECT count(*) FILTER (WHERE published_at IS NOT NULL),
-                                                       count(*) FILTER (WHERE published_at IS NULL)
-                                                  FROM postbox.outbox" | tr '|' ' ')" >>"$SAMPLES"
-        sleep 0.1
-    done
-}
-# stall_between FROM TO: the longest stretch (ms) between the two times during which the
-# published count did not move although events were pending
-stall_between() {
-    awk -v from="$1" -v to="$2" '$1 >= from && $1 <= to {
-            if ($3 > 0 && $2 == last && t0 > 0) { if ($1 - t0 > worst) worst = $1 - t0 }
-            else t0 = $1
-            last = $2
-        }
-        END { print worst + 0 }' "$SAMPLES"
-}
-# failing_between FROM TO: ms from FROM to the last publish failure the relay logged before TO
-failing_between() {
-    local last=0 line ts ms
-    while IFS= read -r line; do
-        ts=${line%% *}
-        ms=$(date -d "$ts" +%s%3N 2>/dev/null) || continue
-        ((ms >= $1 && ms <= $2)) && last=$ms
-    done < <(grep 'relay: publish failed' "$PB_RELAY_LOG")
-    echo $((last > 0 ? last - $1 : 0))
-}
-
 pb_init
-psql_q "CREATE TABLE effects (n bigserial PRIMARY KEY, agg text NOT NULL, seq int NOT NULL)"
+create_effects
 start_consumer # creates the R3 stream and the durable consumer
 wait_until '[[ -n $(consumer_state) ]]' 30 || { tail -n 20 "$CONSUMER_LOG" >&2; fail "the durable consumer was not created"; }
 info=$(stream_info)
 [[ $info == *" replicas=3 "* ]] || fail "the stream is not replicated three times: $info"
 start_relay --set relay.batch_size=200
-sampler &
-PB_PIDS+=($!)
+start_sampler
 say "stream: $info; leader $(leader)"
 
 kill_at=() kill_what=()
@@ -102,25 +61,8 @@ kill_node() { # I WHY
     say "SIGKILL node n$i ($2) with $p published, $(pending_count) pending, $(effects) effects"
 }
 
-# The producer: a steady stream of transactions, one event of every aggregate each (seq = the
-# transaction's number), about 20 a second; its progress in $PB_TMP/produced.
-producer() {
-    local k
-    for ((k = 1; k <= N_TX; k++)); do
-        produce_tx "$k"
-        echo "$k" >"$PB_TMP/produced"
-        sleep 0.03
-    done
-}
-produced() { cat "$PB_TMP/produced" 2>/dev/null || echo 0; }
-wait_produced() { # K: until the producer committed transaction K
-    wait_until "(( \$(produced) >= $1 ))" 60 || fail "the producer is stuck at transaction $(produced)"
-}
-
 t_start=$(now_ms)
-producer &
-PRODUCER_PID=$!
-PB_PIDS+=("$PRODUCER_PID")
+start_producer
 
 wait_produced $((N_TX / 8))
 l=$(leader)
@@ -160,14 +102,9 @@ stop_relay
 ((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"
 stop_consumer
 
-n=$(effects)
-distinct=$(psql_q "SELECT count(DISTINCT (agg, seq)) FROM effects")
-out_of_order=$(psql_q "SELECT count(*) FROM (SELECT seq, row_number() OVER (PARTITION BY agg ORDER BY n) AS rn FROM effects) x WHERE seq <> rn")
-missing=$(psql_q "SELECT count(*) FROM postbox.outbox_all o WHERE NOT EXISTS
-                    (SELECT 1 FROM postbox.inbox i WHERE i.message_id = o.event_id::text)")
+effects_stats
 in_stream=$(stream_count)
 dup_acks=$(relay_duplicate_acks)
-dups=$(grep -c 'duplicate message' "$CONSUMER_LOG" || true)
 relay_reconnects=$(grep -c 'reconnected to nats' "$PB_RELAY_LOG" || true)
 consumer_reconnects=$(grep -c 'reconnected to nats' "$CONSUMER_LOG" || true)
 end_ms=$(now_ms)
@@ -179,12 +116,7 @@ say "$total events published in $publish_ms ms; stream holds $in_stream; republi
 say "effects $n ($distinct distinct) of $total; out of order $out_of_order; committed events without an inbox row: $missing; duplicates absorbed by the inbox: $dups"
 say "reconnections logged: relay $relay_reconnects ($(grep -m1 'reconnected to nats' "$PB_RELAY_LOG" | cut -c1-200)), consumer $consumer_reconnects"
 
-((n == total && distinct == total)) || fail "$n effects ($distinct distinct), expected $total once each"
-((missing == 0)) || fail "$missing committed event(s) never took effect"
-((out_of_order == 0)) || fail "$out_of_order effects out of their aggregate's order"
+check_effects
 ((in_stream == total)) || fail "the stream holds $in_stream messages for $total events"
 ((relay_reconnects >= 1)) || fail "the relay logged no reconnection although its node was killed"
 [[ $consumer_node_killed == no ]] || ((consumer_reconnects >= 1)) || fail "the consumer logged no reconnection although its node was killed"
-[[ $(psql_q "SELECT count(*) FROM postbox.inbox_dead") == 0 ]] || fail "dead letters in the inbox"
-[[ $(dead_count) == 0 ]] || fail "dead letters in the outbox"
-check_in_order "$CONSUMER_LOG"
