@@ -736,6 +736,7 @@ pb_status_t pb_nats_ensure_stream(jsCtx *js, const pb_config_t *cfg, const char 
         st = no_limit(cfg, cfg->nats_stream_create, err);
     if (st == PB_OK) {
         describe(si, desc);
+        desc->leaderless = si->Cluster && (!si->Cluster->Leader || !*si->Cluster->Leader);
         char dup[32], down[32];
         if (si->Config->Duplicates < cfg->nats_relay_worst_downtime * NS_PER_MS)
             log_warn(fac, "stream \"%s\" has a duplicate window of %s, shorter than "

@@ -71,6 +71,7 @@ typedef struct pb_nats_stream_desc {
     size_t nsubjects;
     bool created;           /* it did not exist and was created now */
     bool updated;           /* it existed and its settings were changed */
+    bool leaderless;        /* a clustered stream without a leader now (an election) */
 } pb_nats_stream_desc_t;
 
 void pb_nats_stream_desc_free(pb_nats_stream_desc_t *d);
