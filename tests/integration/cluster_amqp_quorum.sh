@@ -63,17 +63,7 @@ for ((k = 1; k <= KILLS; k++)); do
     consumer_e0=$e
     start_consumer
 done
-wait "$PRODUCER_PID" || fail "the producer failed"
-say "the producer committed $N_TX transactions in $(($(now_ms) - t_start)) ms"
-wait_until '(( $(pending_count) == 0 ))' 60 || fail "$(pending_count) events still pending 60 s after the last transaction"
-publish_ms=$(($(now_ms) - t_start))
-wait_until '(( $(effects) >= total ))' 60 || { tail -n 20 "$CONSUMER_LOG" >&2; fail "only $(effects) of $total effects 60 s after the relay finished"; }
-wait_until '[[ $(queue_count) == 0 ]]' 30 || fail "the queue still holds $(queue_count) message(s)"
-stop_relay
-((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"
-stop_consumer
-
-effects_stats
+finish_stream '[[ $(queue_count) == 0 ]]' 'echo "$(queue_count) message(s) in the queue"'
 say "$total events published in $publish_ms ms; $relay_kills relay kills ($relay_busy while publishing), $consumer_kills consumer kills ($consumer_busy while consuming)"
 say "effects $n ($distinct distinct) of $total; out of order $out_of_order; committed events without an inbox row: $missing; duplicates absorbed by the inbox: $dups"
 check_effects

@@ -70,17 +70,7 @@ kafka_control broker-up "$down"
 for p in $led; do kafka_control partition-leader "$TOPIC" "$p" "$down"; done
 say "broker $down up again, leading partitions $led again, with $(published_count) published, $(pending_count) pending, $(effects) effects"
 
-wait "$PRODUCER_PID" || fail "the producer failed"
-say "the producer committed $N_TX transactions in $(($(now_ms) - t_start)) ms"
-wait_until '(( $(pending_count) == 0 ))' 60 || fail "$(pending_count) events still pending 60 s after the last transaction"
-publish_ms=$(($(now_ms) - t_start))
-wait_until '(( $(effects) >= total ))' 60 || { tail -n 20 "$CONSUMER_LOG" >&2; fail "only $(effects) of $total effects 60 s after the relay finished"; }
-wait_until '[[ $(group_lag) == 0 ]]' 30 || fail "the group still has $(group_lag) message(s) past its committed offsets"
-stop_relay
-((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"
-stop_consumer
-
-effects_stats
+finish_stream '[[ $(group_lag) == 0 ]]' 'echo "$(group_lag) message(s) past the committed offsets of the group"'
 in_topic=$(kafka_tool count "$POSTBOX_KAFKA_BROKERS" "$TOPIC")
 # what librdkafka reports of a broker it lost ("HOST:PORT/ID: Disconnected", "... Connect to ...
 # failed"), through postbox's error or log callback

@@ -76,6 +76,23 @@ start_sampler() {
     PB_PIDS+=($!)
 }
 
+# finish_stream DRAINED DESCRIBE: waits for the producer, then until nothing is pending, every
+# event took effect and the condition DRAINED (the broker holds nothing for the consumer;
+# DESCRIBE says what it holds instead) holds; stops the relay and the consumer (SIGTERM: both
+# must exit 0) and runs effects_stats. publish_ms: from t_start to nothing pending.
+finish_stream() {
+    wait "$PRODUCER_PID" || fail "the producer failed"
+    say "the producer committed $N_TX transactions in $(($(now_ms) - t_start)) ms"
+    wait_until '(( $(pending_count) == 0 ))' 60 || fail "$(pending_count) events still pending 60 s after the last transaction"
+    publish_ms=$(($(now_ms) - t_start))
+    wait_until '(( $(effects) >= total ))' 60 || { tail -n 20 "$CONSUMER_LOG" >&2; fail "only $(effects) of $total effects 60 s after the relay finished"; }
+    wait_until "$1" 30 || fail "the consumer's broker side is not drained: $(eval "$2")"
+    stop_relay
+    ((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"
+    stop_consumer
+    effects_stats
+}
+
 # effects_stats: n, distinct, out_of_order (effects not in their aggregate's order), missing
 # (committed events without an inbox row), dups (duplicates the inbox absorbed, from CONSUMER_LOG)
 effects_stats() {

@@ -97,17 +97,7 @@ if [[ $relay_node_killed == no || $consumer_node_killed == no ]]; then
     ((consumer_node == victim)) && consumer_node_killed=yes
     kill_node "$victim" "the relay is connected to n$relay_node, the consumer to n$consumer_node; stream leader $(leader)"
 fi
-wait "$PRODUCER_PID" || fail "the producer failed"
-say "the producer committed $N_TX transactions in $(($(now_ms) - t_start)) ms"
-wait_until '(( $(pending_count) == 0 ))' 60 || fail "$(pending_count) events still pending 60 s after the last transaction"
-publish_ms=$(($(now_ms) - t_start))
-wait_until '(( $(effects) >= total ))' 60 || { tail -n 20 "$CONSUMER_LOG" >&2; fail "only $(effects) of $total effects 60 s after the relay finished"; }
-wait_until '[[ $(consumer_state) == "pending=0 ack_pending=0 "* ]]' 30 || fail "the durable consumer still has messages: $(consumer_state)"
-stop_relay
-((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"
-stop_consumer
-
-effects_stats
+finish_stream '[[ $(consumer_state) == "pending=0 ack_pending=0 "* ]]' 'echo "durable consumer $(consumer_state)"'
 in_stream=$(stream_count)
 dup_acks=$(relay_duplicate_acks)
 relay_reconnects=$(grep -c 'reconnected to nats' "$PB_RELAY_LOG" || true)
