@@ -15,7 +15,12 @@
  *                                name such as NOT_ENOUGH_REPLICAS, or its number)
  *   request-errors APIKEY COUNT ERROR   the same for any request type (Kafka protocol API key)
  *   clear-errors APIKEY          forgets the errors still queued for that request type
- *   broker-down ID | broker-up ID
+ *   broker-down ID | broker-up ID   a broker stops (connections dropped and refused) or comes
+ *                                back; the partitions it leads stay without a leader until
+ *                                partition-leader moves them, as a controller would
+ *   topic-create TOPIC PARTITIONS REPLICATION   a topic with that many partitions and replicas
+ *   partition-leader TOPIC PARTITION ID   broker ID becomes the partition's leader
+ *   coordinator GROUP ID         broker ID becomes the consumer group's coordinator
  * Each command's outcome is logged to stderr. */
 #include <errno.h>
 #include <fcntl.h>
@@ -158,9 +163,27 @@ static void run_command(rd_kafka_mock_cluster_t *mc, char *line)
         err = words[0][7] == 'd' ? rd_kafka_mock_broker_set_down(mc, id)
                                  : rd_kafka_mock_broker_set_up(mc, id);
         say("%s %d: %s", words[0], (int)id, rd_kafka_err2str(err));
+    } else if (!strcmp(words[0], "topic-create") && n == 4) {
+        long parts = strtol(words[2], NULL, 10), repl = strtol(words[3], NULL, 10);
+        if (parts < 1 || parts > 1000 || repl < 1 || repl > 16) {
+            say("topic-create: bad partition count or replication factor");
+            return;
+        }
+        err = rd_kafka_mock_topic_create(mc, words[1], (int)parts, (int)repl);
+        say("topic-create %s, %ld partitions, replication %ld: %s", words[1], parts, repl,
+            rd_kafka_err2str(err));
+    } else if (!strcmp(words[0], "partition-leader") && n == 4) {
+        int32_t part = (int32_t)strtol(words[2], NULL, 10), id = (int32_t)strtol(words[3], NULL, 10);
+        err = rd_kafka_mock_partition_set_leader(mc, words[1], part, id);
+        say("partition-leader %s [%d] -> broker %d: %s", words[1], (int)part, (int)id,
+            rd_kafka_err2str(err));
+    } else if (!strcmp(words[0], "coordinator") && n == 3) {
+        int32_t id = (int32_t)strtol(words[2], NULL, 10);
+        err = rd_kafka_mock_coordinator_set(mc, "group", words[1], id);
+        say("coordinator of group %s -> broker %d: %s", words[1], (int)id, rd_kafka_err2str(err));
     } else {
         say("unknown control command \"%s\" (produce-errors, request-errors, clear-errors, "
-            "broker-down, broker-up)", words[0]);
+            "broker-down, broker-up, topic-create, partition-leader, coordinator)", words[0]);
     }
 }
 

@@ -119,6 +119,8 @@ typedef struct nats_sink {
     bool waiting;
     size_t dups;         /* acknowledged as duplicates */
     size_t failed;       /* negative acks and unusable replies */
+    bool leaderless;     /* a no-responders reply for a subject the stream stores: the stream
+                          * has no leader now (a cluster electing one) */
     bool acks_done;      /* the subscription's delivery thread has ended */
     msg_pile_t ack_pile; /* replies to destroy: on_ack's thread only (no lock), then
                           * drop_connection's once acks_done */
@@ -192,6 +194,9 @@ static pb_status_t check_stream(nats_sink_t *s, pb_error_t *err)
         st = pb_nats_ensure_stream(js, s->base.cfg, FAC, &s->stream, err);
     }
     jsCtx_Destroy(js);
+    if (st == PB_OK && s->stream.leaderless)
+        st = pb_fail(err, PB_TRANSIENT, "nats at %s: stream \"%s\" has no leader now (its "
+                                        "cluster elects one)", s->where, s->base.cfg->nats_stream);
     return st == PB_OK ? pb_nats_check_coverage(s->base.cfg, &s->stream, err) : st;
 }
 
@@ -467,6 +472,15 @@ static void quote_reply(const char *data, size_t len, char *out, size_t n)
     out[k] = '\0';
 }
 
+/* Whether subject is one of the stream's (as found at connect). */
+static bool stored_by_stream(const nats_sink_t *s, const char *subject)
+{
+    for (size_t k = 0; k < s->stream.nsubjects; k++)
+        if (pb_nats_subject_matches(s->stream.subjects[k], subject))
+            return true;
+    return false;
+}
+
 /* Settles event i with its reply; ack is the parsed PubAck (NULL for a no-responders status).
  * @locks mu (held) */
 static void settle(nats_sink_t *s, size_t i, const pb_puback_t *ack, natsMsg *msg)
@@ -476,7 +490,18 @@ static void settle(nats_sink_t *s, size_t i, const pb_puback_t *ack, natsMsg *ms
         char subj[SUBJECT_MAX];
         if (!pb_nats_render_subject(s->base.cfg, &s->events[i], subj, sizeof subj))
             subj[0] = '\0';
-        snprintf(reason, sizeof reason, "no jetstream stream stores subject \"%.120s\"", subj);
+        if (stored_by_stream(s, subj)) {
+            /* the stream stores the subject yet nobody answered: a clustered stream whose
+             * leader died and that elects another; sink_await reconnects, and the connect
+             * waits for the new leader instead of failing event after event */
+            s->leaderless = true;
+            snprintf(reason, sizeof reason, "no responders for subject \"%.120s\": stream "
+                                            "\"%.60s\" has no leader now", subj,
+                     s->base.cfg->nats_stream);
+        } else {
+            snprintf(reason, sizeof reason, "no responders for subject \"%.120s\": no jetstream "
+                                            "stream stores it", subj);
+        }
         fail_event(s, i, reason);
         return;
     }
@@ -567,6 +592,7 @@ static void open_batch(nats_sink_t *s, const pb_event_t *events, size_t n, pb_re
     s->results = results;
     s->n = n;
     s->acked = s->dups = s->failed = 0;
+    s->leaderless = false;
     s->first_error[0] = '\0';
     s->open = true;
     pthread_mutex_unlock(&s->mu);
@@ -683,6 +709,7 @@ static pb_status_t sink_await(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *er
     (void)wait_acks(s, s->nsent, s->t_sent + cfg->nats_ack_timeout);
     size_t unacked = close_batch(s);
     size_t dups = s->dups, failed = s->failed;
+    bool leaderless = s->leaderless;
     char first_error[sizeof s->first_error];
     memcpy(first_error, s->first_error, sizeof first_error);
     pthread_mutex_unlock(&s->mu);
@@ -698,6 +725,9 @@ static pb_status_t sink_await(pb_sink_t *snk, pb_sink_batch_t *b, pb_error_t *er
                    "%zu failed, %zu rejected", s->n, nsent, (long long)(s->t_sent - s->t_start),
               (long long)(pb_monotonic_ms() - t_wait), dups, failed + unacked, s->rejected);
 
+    if (leaderless && !s->stop_reason[0])
+        snprintf(s->stop_reason, sizeof s->stop_reason, "stream \"%.60s\" answers no publish: "
+                 "it has no leader now (its cluster elects one)", cfg->nats_stream);
     natsConnStatus cs = natsConnection_Status(s->nc);
     if (cs != NATS_CONN_STATUS_CONNECTED || s->stop_reason[0]) {
         const char *why = s->stop_reason[0] ? s->stop_reason : pb_nats_conn_status_name(cs);

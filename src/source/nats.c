@@ -188,7 +188,7 @@ static pb_status_t ensure_consumer(nats_source_t *s, pb_error_t *err)
     if (ns == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr) {
         ns = js_AddConsumer(&ci, s->js, cfg->nats_stream, &want, NULL, &jerr);
         if (ns != NATS_OK)
-            return pb_fail(err, pb_nats_status_transient(ns) ? PB_TRANSIENT : PB_FATAL,
+            return pb_fail(err, pb_nats_js_transient(ns, jerr) ? PB_TRANSIENT : PB_FATAL,
                            "creating durable consumer \"%s\" on stream \"%s\": %s",
                            s->durable, cfg->nats_stream, pb_nats_error_text(ns, buf, sizeof buf));
         log_info(FAC, "created durable pull consumer \"%s\" on stream \"%s\"", s->durable,
@@ -197,7 +197,7 @@ static pb_status_t ensure_consumer(nats_source_t *s, pb_error_t *err)
         return PB_OK;
     }
     if (ns != NATS_OK)
-        return pb_fail(err, pb_nats_status_transient(ns) ? PB_TRANSIENT : PB_FATAL,
+        return pb_fail(err, pb_nats_js_transient(ns, jerr) ? PB_TRANSIENT : PB_FATAL,
                        "looking up durable consumer \"%s\" on stream \"%s\": %s", s->durable,
                        cfg->nats_stream, pb_nats_error_text(ns, buf, sizeof buf));
     const jsConsumerConfig *have = ci->Config;
@@ -219,7 +219,7 @@ static pb_status_t ensure_consumer(nats_source_t *s, pb_error_t *err)
         jsConsumerInfo *upd = NULL;
         ns = js_UpdateConsumer(&upd, s->js, cfg->nats_stream, &want, NULL, &jerr);
         if (ns != NATS_OK)
-            st = pb_fail(err, pb_nats_status_transient(ns) ? PB_TRANSIENT : PB_FATAL,
+            st = pb_fail(err, pb_nats_js_transient(ns, jerr) ? PB_TRANSIENT : PB_FATAL,
                          "durable consumer \"%s\" on stream \"%s\" has other settings and cannot "
                          "be updated: %s (delete it, or set nats.durable)", s->durable,
                          cfg->nats_stream, pb_nats_error_text(ns, buf, sizeof buf));

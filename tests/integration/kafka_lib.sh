@@ -8,7 +8,7 @@
 # (POSTBOX_KAFKA_TOPIC), and relay.sink = kafka.
 : "${POSTBOX_KAFKA_TOOL:?POSTBOX_KAFKA_TOOL must name the kafka-tool binary}"
 for _v in $(compgen -v POSTBOX_KAFKA_ || true); do
-    case $_v in POSTBOX_KAFKA_TOOL | POSTBOX_KAFKA_BROKERS | POSTBOX_KAFKA_CONTROL) ;; *) unset "$_v" ;; esac
+    case $_v in POSTBOX_KAFKA_TOOL | POSTBOX_KAFKA_MOCK_BIN | POSTBOX_KAFKA_BROKERS | POSTBOX_KAFKA_CONTROL) ;; *) unset "$_v" ;; esac
 done
 unset _v
 [[ -n ${POSTBOX_KAFKA_BROKERS:-} ]] ||

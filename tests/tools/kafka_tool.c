@@ -12,6 +12,9 @@
  *       the headers of the first message of TOPIC, one "name=value" line each
  *   kafka-tool count BROKERS TOPIC
  *       the number of messages in TOPIC (sum of high - low watermarks over its partitions)
+ *   kafka-tool leaders BROKERS TOPIC
+ *       one line per partition: "PARTITION LEADER REPLICAS" (the broker ids of the cluster's
+ *       metadata; REPLICAS comma-separated)
  *   kafka-tool lag BROKERS GROUP TOPIC
  *       messages of TOPIC past the offsets GROUP committed (sum over partitions; a partition
  *       without a committed offset counts from its low watermark)
@@ -252,6 +255,30 @@ static int cmd_count(int argc, char **argv)
         total += hi - lo;
     }
     printf("%" PRId64 "\n", total);
+    rd_kafka_destroy(rk);
+    return 0;
+}
+
+static int cmd_leaders(int argc, char **argv)
+{
+    if (argc != 2)
+        die("usage: leaders BROKERS TOPIC");
+    rd_kafka_t *rk = client(RD_KAFKA_CONSUMER, argv[0]);
+    partitions_of(rk, argv[1], 30); /* waits for the topic */
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, argv[1], NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, 5000);
+    rd_kafka_topic_destroy(rkt);
+    if (e || md->topic_cnt != 1 || md->topics[0].err)
+        die("metadata of %s: %s", argv[1], rd_kafka_err2str(e ? e : md->topics[0].err));
+    const struct rd_kafka_metadata_topic *t = &md->topics[0];
+    for (int p = 0; p < t->partition_cnt; p++) {
+        printf("%d %d ", (int)t->partitions[p].id, (int)t->partitions[p].leader);
+        for (int r = 0; r < t->partitions[p].replica_cnt; r++)
+            printf("%s%d", r ? "," : "", (int)t->partitions[p].replicas[r]);
+        putchar('\n');
+    }
+    rd_kafka_metadata_destroy(md);
     rd_kafka_destroy(rk);
     return 0;
 }
@@ -502,7 +529,7 @@ static int cmd_consume_raw(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s drain|headers|count|lag|produce ...\n", TOOL_NAME);
+        fprintf(stderr, "usage: %s drain|headers|count|leaders|lag|produce ...\n", TOOL_NAME);
         return 2;
     }
     const char *cmd = argv[1];
@@ -512,6 +539,8 @@ int main(int argc, char **argv)
         return cmd_headers(argc - 2, argv + 2);
     if (!strcmp(cmd, "count"))
         return cmd_count(argc - 2, argv + 2);
+    if (!strcmp(cmd, "leaders"))
+        return cmd_leaders(argc - 2, argv + 2);
     if (!strcmp(cmd, "lag"))
         return cmd_lag(argc - 2, argv + 2);
     if (!strcmp(cmd, "produce"))

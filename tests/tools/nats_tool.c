@@ -2,11 +2,16 @@
  * Independent of postbox's own code (only nats.c), so it checks what the relay did from the
  * outside.
  *
+ * URL: one server, or several separated by commas (a cluster).
+ *
  *   nats-tool count URL STREAM
  *       the stream's message count (exit 1 when the stream does not exist)
  *   nats-tool stream-info URL STREAM
  *       one line: messages=N bytes=B first_seq=F last_seq=L storage=file|memory replicas=R
  *       max_age_ms=A max_msgs=M max_bytes=B duplicates_ms=D subjects=S1,S2
+ *   nats-tool stream-leader URL STREAM
+ *       the server name of the stream's leader (a clustered stream), or "-" when it has none
+ *       (a single server, or a cluster electing one)
  *   nats-tool delete-stream URL STREAM
  *       deletes the stream (no error when it does not exist)
  *   nats-tool delete-consumer URL STREAM DURABLE
@@ -73,7 +78,18 @@ static void open_url(const char *url, jsOptions *jo)
 {
     natsOptions *o;
     check(natsOptions_Create(&o), "options");
-    check(natsOptions_SetURL(o, url), "url");
+    /* a cluster's servers separated by commas, as postbox's nats.url (nats.c's SetURL takes one) */
+    char *copy = strdup(url);
+    const char *servers[16];
+    int n = 0;
+    if (!copy)
+        die("out of memory");
+    for (char *tok = strtok(copy, ", "); tok && n < 16; tok = strtok(NULL, ", "))
+        servers[n++] = tok;
+    if (n == 0)
+        die("empty URL");
+    check(natsOptions_SetServers(o, servers, n), "url");
+    free(copy);
     if (strncmp(url, "tls://", 6) == 0)
         check(natsOptions_SetSecure(o, true), "tls");
     check(natsConnection_Connect(&nc, o), "connect");
@@ -135,6 +151,19 @@ static int cmd_stream_info(int argc, char **argv)
     for (int i = 0; i < c->SubjectsLen; i++)
         printf("%s%s", i ? "," : "", c->Subjects[i]);
     putchar('\n');
+    jsStreamInfo_Destroy(si);
+    close_all();
+    return 0;
+}
+
+static int cmd_stream_leader(int argc, char **argv)
+{
+    if (argc != 2)
+        die("usage: stream-leader URL STREAM");
+    open_url(argv[0], NULL);
+    jsStreamInfo *si = stream_info(argv[1], true);
+    const char *leader = si->Cluster && si->Cluster->Leader && *si->Cluster->Leader ? si->Cluster->Leader : "-";
+    printf("%s\n", leader);
     jsStreamInfo_Destroy(si);
     close_all();
     return 0;
@@ -539,7 +568,7 @@ static int cmd_consume_raw(int argc, char **argv)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: %s count|stream-info|delete-stream|delete-consumer|consumer-info|drain|publish|"
+    fprintf(stderr, "usage: %s count|stream-info|stream-leader|delete-stream|delete-consumer|consumer-info|drain|publish|"
                     "publish-raw|fill|consume-raw ARGS... (see tests/tools/nats_tool.c)\n",
             TOOL_NAME);
     exit(2);
@@ -556,6 +585,8 @@ int main(int argc, char **argv)
         return cmd_count(argc, argv);
     if (!strcmp(cmd, "stream-info"))
         return cmd_stream_info(argc, argv);
+    if (!strcmp(cmd, "stream-leader"))
+        return cmd_stream_leader(argc, argv);
     if (!strcmp(cmd, "delete-stream"))
         return cmd_delete_stream(argc, argv);
     if (!strcmp(cmd, "delete-consumer"))

@@ -1,4 +1,5 @@
-/* Unit tests for the NATS subject helpers and the stream subjects from the configuration. */
+/* Unit tests for the NATS subject helpers, the stream subjects from the configuration and which
+ * JetStream errors are retried. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -81,12 +82,26 @@ static void config_subjects(void **state)
     pb_config_free(&cfg);
 }
 
+/* A cluster in flux (a node down or joining, an election) is retried; a refusal is not. */
+static void cluster_errors_are_transient(void **state)
+{
+    (void)state;
+    assert_true(pb_nats_js_transient(NATS_ERR, JSClusterNoPeersErr));
+    assert_true(pb_nats_js_transient(NATS_ERR, JSClusterNotAvailErr));
+    assert_true(pb_nats_js_transient(NATS_ERR, JSClusterNotLeaderErr));
+    assert_true(pb_nats_js_transient(NATS_TIMEOUT, 0));
+    assert_false(pb_nats_js_transient(NATS_ERR, JSStreamSubjectOverlapErr));
+    assert_false(pb_nats_js_transient(NATS_ERR, JSStreamReplicasNotSupportedErr));
+    assert_false(pb_nats_js_transient(NATS_ERR, 0));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(matches_wildcards),
         cmocka_unit_test(validates_publish_subjects),
         cmocka_unit_test(config_subjects),
+        cmocka_unit_test(cluster_errors_are_transient),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

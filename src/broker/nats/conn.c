@@ -78,6 +78,19 @@ bool pb_nats_status_transient(natsStatus s)
     }
 }
 
+bool pb_nats_js_transient(natsStatus s, jsErrCode jerr)
+{
+    switch (jerr) {
+    case JSClusterNoPeersErr:    /* fewer servers up (or joined) than nats.replicas */
+    case JSClusterNotAvailErr:   /* "JetStream system temporarily unavailable" */
+    case JSClusterNotLeaderErr:  /* the meta leader moved while the request was on its way */
+    case JSClusterIncompleteErr: /* a peer did not answer */
+        return true;
+    default:
+        return pb_nats_status_transient(s);
+    }
+}
+
 const char *pb_nats_conn_status_name(natsConnStatus st)
 {
     switch (st) {
@@ -432,7 +445,7 @@ pb_status_t pb_nats_check_jetstream(jsCtx *js, const char *where, pb_error_t *er
                        "jetstream is not enabled on the nats server at %s (%s): postbox needs "
                        "jetstream, core nats is at-most-once (start nats-server with -js, or "
                        "enable jetstream for the account)", where, buf);
-    if (pb_nats_status_transient(s))
+    if (pb_nats_js_transient(s, jerr))
         return pb_fail(err, PB_TRANSIENT, "nats at %s: jetstream account info: %s", where, buf);
     return pb_fail(err, PB_FATAL, "nats at %s: jetstream account info: %s", where, buf);
 }
@@ -594,7 +607,11 @@ static pb_status_t js_fail(natsStatus s, jsErrCode jerr, const char *what, const
 {
     char buf[300];
     pb_nats_error_text(s, buf, sizeof buf);
-    pb_status_t cls = pb_nats_status_transient(s) ? PB_TRANSIENT : PB_FATAL;
+    pb_status_t cls = pb_nats_js_transient(s, jerr) ? PB_TRANSIENT : PB_FATAL;
+    if (jerr == JSClusterNoPeersErr)
+        return pb_fail(err, cls, "%s stream \"%s\": %s (jetstream error %d: fewer cluster "
+                                 "servers up than nats.replicas = %lld; retried)", what,
+                       cfg->nats_stream, buf, (int)jerr, (long long)cfg->nats_replicas);
     if (jerr)
         return pb_fail(err, cls, "%s stream \"%s\": %s (jetstream error %d)", what,
                        cfg->nats_stream, buf, (int)jerr);
@@ -719,6 +736,7 @@ pb_status_t pb_nats_ensure_stream(jsCtx *js, const pb_config_t *cfg, const char 
         st = no_limit(cfg, cfg->nats_stream_create, err);
     if (st == PB_OK) {
         describe(si, desc);
+        desc->leaderless = si->Cluster && (!si->Cluster->Leader || !*si->Cluster->Leader);
         char dup[32], down[32];
         if (si->Config->Duplicates < cfg->nats_relay_worst_downtime * NS_PER_MS)
             log_warn(fac, "stream \"%s\" has a duplicate window of %s, shorter than "

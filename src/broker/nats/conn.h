@@ -71,6 +71,7 @@ typedef struct pb_nats_stream_desc {
     size_t nsubjects;
     bool created;           /* it did not exist and was created now */
     bool updated;           /* it existed and its settings were changed */
+    bool leaderless;        /* a clustered stream without a leader now (an election) */
 } pb_nats_stream_desc_t;
 
 void pb_nats_stream_desc_free(pb_nats_stream_desc_t *d);
@@ -124,6 +125,11 @@ const char *pb_nats_error_text(natsStatus s, char *buf, size_t n);
 
 /** @brief True for statuses that mean the connection is gone or the server did not answer. */
 bool pb_nats_status_transient(natsStatus s);
+
+/** @brief True for statuses that mean the connection is gone or the server did not answer, and
+ * for JetStream API errors of a cluster in flux (no peers enough for the replicas yet, no meta
+ * leader, an election under way): a node down or still joining, so the request is retried. */
+bool pb_nats_js_transient(natsStatus s, jsErrCode jerr);
 
 /** @brief "connected", "reconnecting", ... for messages. */
 const char *pb_nats_conn_status_name(natsConnStatus st);

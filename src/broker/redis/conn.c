@@ -283,6 +283,24 @@ static void read_version(redisContext *c, pb_redis_server_t *srv)
         freeReplyObject(r);
 }
 
+/* Refuses a server in cluster mode (INFO cluster says cluster_enabled:1): postbox talks to the
+ * one server of redis.url and does not follow MOVED/ASK redirections, so the keys another node
+ * owns would fail one by one (and their events be dead-lettered) instead of stopping at start. */
+static pb_status_t refuse_cluster_mode(redisContext *c, const char *where, pb_error_t *err)
+{
+    redisReply *r = redisCommand(c, "INFO cluster");
+    if (!r)
+        return pb_redis_context_fail(c, where, "INFO cluster", err);
+    bool cluster = r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_enabled:1") != NULL;
+    freeReplyObject(r);
+    if (cluster)
+        return pb_fail(err, PB_FATAL, "redis at %s runs in cluster mode (cluster_enabled:1): "
+                                      "postbox does not support Redis Cluster (it follows no "
+                                      "MOVED redirection); point redis.url at a standalone "
+                                      "server or the address of a replicated primary", where);
+    return PB_OK;
+}
+
 pb_status_t pb_redis_connect(const pb_config_t *cfg, redisContext **out, pb_redis_server_t *srv,
                              pb_error_t *err)
 {
@@ -310,6 +328,8 @@ pb_status_t pb_redis_connect(const pb_config_t *cfg, redisContext **out, pb_redi
         goto done;
     }
     if (pw[0] && (st = login(c, &u, pw, srv->where, err)) != PB_OK)
+        goto done;
+    if ((st = refuse_cluster_mode(c, srv->where, err)) != PB_OK)
         goto done;
     if (u.db != 0) {
         char db[16];

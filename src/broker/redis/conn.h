@@ -8,7 +8,7 @@
  *
  * Error classes: an unreachable server, a timeout, a dropped connection and the server's
  * LOADING/BUSY/... replies are PB_TRANSIENT; a bad URL, refused credentials, a database index
- * out of range are PB_FATAL. Messages never contain the password.
+ * out of range, a server in cluster mode are PB_FATAL. Messages never contain the password.
  *
  * @thread one context is used by one thread. */
 #ifndef PB_BROKER_REDIS_CONN_H
@@ -64,8 +64,8 @@ typedef struct pb_redis_server {
  * password, selects the database and reads the server version. cfg->redis_timeout bounds the
  * connect and every later reply on the context.
  * @returns PB_OK with *out owned by the caller (redisFree), PB_TRANSIENT when the server cannot
- *          be reached or is loading, PB_FATAL for a bad URL, refused credentials or a bad
- *          database number.
+ *          be reached or is loading, PB_FATAL for a bad URL, refused credentials, a server in
+ *          cluster mode (Redis Cluster is not supported) or a bad database number.
  */
 pb_status_t pb_redis_connect(const pb_config_t *cfg, redisContext **out, pb_redis_server_t *srv,
                              pb_error_t *err) PB_MUSTCHECK;
