@@ -22,7 +22,16 @@
  * row is claimed only once the slot's confirmed position has passed the transaction that wrote
  * its event: a relay killed after publishing it cannot meet the event in the stream again and
  * set it aside twice. The table's work runs on a connection of its own (dconn), beside the marks
- * in flight on conn. */
+ * in flight on conn.
+ *
+ * Large transactions (PostgreSQL 14+, pgoutput protocol 2): the server streams a transaction
+ * past its logical_decoding_work_mem while it runs. Its events go to a spill file (cdc/streamed.h)
+ * instead of the batch; at its Stream Commit, which comes in commit order, fill reads them back
+ * into the batches before anything after it on the stream (replay), and only the batch holding
+ * its last event carries its end LSN. Re-reading the rows from postbox.outbox at the commit
+ * instead would cost no disk, but works only for marked rows: events of postbox.emit and rows
+ * of cdc.delete_after_insert exist only in the WAL. A crash loses the spill files (unlinked)
+ * and nothing else: the slot has not passed the transaction, so the server streams it again. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

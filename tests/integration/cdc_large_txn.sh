@@ -2,7 +2,10 @@
 # cdc capture, large transactions (pgoutput protocol 2, streaming of in-progress transactions).
 # On a PostgreSQL of the test's own with logical_decoding_work_mem = 64kB, so that transactions
 # past 64 kB stream while they run:
-# 1. One transaction of PB_LARGE_ROWS (default 60,000; 1,000,000 by hand) outbox rows with a
+# 1. One transaction of PB_LARGE_ROWS (default 60,000; 1,000,000 by hand, with
+#    PB_LARGE_PRODUCE=insert: plain INSERTs instead of postbox.enqueue, and PB_LARGE_AGGS=100000
+#    aggregates instead of 50: each row updates its aggregate's row in postbox.aggregate_sequences,
+#    and one transaction's chain of versions of one row slows every update down) outbox rows with a
 #    payload pad of PB_LARGE_PAD bytes (default 1000), written while the relay streams the slot:
 #    the server streams it while it is open (pg_stat_replication_slots.stream_txns) and the relay
 #    holds it in a spill file (an unlinked file among its descriptors) while nothing of it is
@@ -21,7 +24,7 @@ source "$(dirname "$0")/redis_lib.sh"
 ROWS=${PB_LARGE_ROWS:-60000}
 PAD=${PB_LARGE_PAD:-1000}
 RSS_MB=${PB_LARGE_RSS_MB:-32}
-N_AGG=50
+N_AGG=${PB_LARGE_AGGS:-50}
 pb_init
 export POSTBOX_CDC_SLOT=pb_$PB_TEST # on our server, gone with it
 SPILL_DIR=$PB_TMP/spill
@@ -51,7 +54,11 @@ streamed_txns() { psql_q "SELECT coalesce(sum(stream_txns), 0) FROM pg_stat_repl
 # ---- 1. one large transaction -------------------------------------------------------------
 sql "BEGIN;"
 t0=$(now_ms)
-sql "SELECT count(postbox.enqueue('order', 'agg-' || (i % $N_AGG), 'created.v1', jsonb_build_object('seq', i, 'pad', repeat('x', $PAD)))) FROM generate_series(1, $ROWS) i;"
+if [[ ${PB_LARGE_PRODUCE:-enqueue} == enqueue ]]; then
+    sql "SELECT count(postbox.enqueue('order', 'agg-' || (i % $N_AGG), 'created.v1', jsonb_build_object('seq', i, 'pad', repeat('x', $PAD)))) FROM generate_series(1, $ROWS) i;"
+else # plain INSERTs (1,000,000 by hand)
+    sql "INSERT INTO postbox.outbox (aggregate_type, aggregate_id, event_type, payload) SELECT 'order', 'agg-' || (i % $N_AGG), 'created.v1', jsonb_build_object('seq', i, 'pad', repeat('x', $PAD)) FROM generate_series(1, $ROWS) i;"
+fi
 sql "SELECT 'inserted';"
 sql_wait inserted 600
 say "inserted $ROWS rows in one open transaction in $(($(now_ms) - t0)) ms"
@@ -66,12 +73,16 @@ spill_bytes=$(find "/proc/$RELAY_PID/fd" -lname '*(deleted)' -exec stat -L -c %s
 ((spill_bytes > 0)) || fail "the relay's spill file is empty while the transaction is open"
 say "before COMMIT: nothing published; the relay's spill file holds $((spill_bytes / 1024)) kB (still growing as the stream comes in); spill directory entries: $(ls -A "$SPILL_DIR" | wc -l)"
 [[ -z $(ls -A "$SPILL_DIR") ]] || fail "the spill directory shows named files: $(ls -A "$SPILL_DIR")"
+# the clock (ms) right before COMMIT and right after it returns; Redis stamps each entry's id with
+# the time (ms) it appended it: the delays without polling errors. The server sends the Stream
+# Commit once the commit record is flushed, before COMMIT returns: the first event can come before
+# the second reading, so the delay is reported from the first (an upper bound) and the second.
+sql "SELECT 'before ' || (extract(epoch FROM clock_timestamp()) * 1000)::bigint;"
 sql "COMMIT;"
-# right after the commit returns, by the machine's clock; Redis stamps each entry's id with the
-# time (ms) it appended it: the two give the delays without polling errors
 sql "SELECT 'committed ' || (extract(epoch FROM clock_timestamp()) * 1000)::bigint;"
 wait_until "grep -q '^committed ' '$PB_TMP/sql.out'" 60 || fail "COMMIT did not return in 60 s: $(tail -n 3 "$PB_TMP/sql.out")"
 t_commit=$(awk '$1 == "committed" { print $2 }' "$PB_TMP/sql.out")
+t_before=$(awk '$1 == "before" { print $2 }' "$PB_TMP/sql.out")
 wait_until '(($(redis_total) >= ROWS))' 600 || fail "only $(redis_total) of $ROWS events published within 600 s of the COMMIT"
 stream=$(redis_streams)
 t_first=$(redis_cli XRANGE "$stream" - + COUNT 1 | head -n 1)
@@ -82,7 +93,8 @@ streamed=$(streamed_txns)
 grep -q "streamed transaction [0-9]* committed: relaying its $ROWS event(s)" "$PB_RELAY_LOG" ||
     fail "the relay did not relay the transaction's $ROWS events from its spill file: $(grep 'streamed transaction' "$PB_RELAY_LOG" | tail -n 3)"
 hwm_kb=$(awk '/^VmHWM/ { print $2 }' "/proc/$RELAY_PID/status")
-say "FIGURES rows=$ROWS commit_to_first_publish_ms=$((t_first - t_commit)) commit_to_last_publish_ms=$((t_last - t_commit)) relay_peak_rss_kb=$hwm_kb streamed_txns=$streamed"
+say "relay: $(grep -o 'streamed transaction [0-9]* committed: .*' "$PB_RELAY_LOG" | tail -n 1)"
+say "FIGURES rows=$ROWS commit_to_first_publish_ms=$((t_first - t_before)) (after COMMIT returned: $((t_first - t_commit))) commit_to_last_publish_ms=$((t_last - t_before)) relay_peak_rss_kb=$hwm_kb streamed_txns=$streamed"
 spill_fds_after=$(spill_fds)
 ((spill_fds_after == 0)) || fail "the relay still holds $spill_fds_after spill file(s) after the commit was relayed"
 ((hwm_kb < RSS_MB * 1024)) || fail "the relay's peak RSS ${hwm_kb} kB is over the bound of $RSS_MB MB"
