@@ -76,8 +76,8 @@ pb_status_t pb_spill_new(const char *dir, uint32_t top_xid, pb_spill_t **out, pb
     const char *where = spill_dir(dir);
     int fd = open_unlinked(where);
     if (fd < 0)
-        return pb_fail(err, PB_TRANSIENT, "cannot create a spill file for streamed transaction %u "
-                       "in \"%s\" (cdc.spill_dir): %s", top_xid, where, strerror(errno));
+        return pb_fail(err, PB_TRANSIENT, "cannot create a spill file for streamed transactions in "
+                       "\"%s\" (cdc.spill_dir): %s", where, strerror(errno));
     FILE *f = fdopen(fd, "w+b");
     if (!f) {
         int saved = errno;

@@ -41,6 +41,7 @@
 #include "cdc/events.h"
 #include "cdc/pgoutput.h"
 #include "cdc/signature.h"
+#include "cdc/spill.h"
 #include "cdc/stream.h"
 #include "cdc/streamed.h"
 #include "common/clock.h"
@@ -1300,7 +1301,14 @@ static const pb_capture_ops_t cdc_ops = {
 pb_status_t pb_capture_cdc_new(const pb_config_t *cfg, volatile sig_atomic_t *stop,
                                pb_capture_t **out, pb_error_t *err)
 {
-    (void)err;
+    /* a spill directory that cannot take a file fails at start, not at the first large
+     * transaction (the file is unlinked: nothing is left) */
+    if (cfg->cdc_stream_in_progress) {
+        pb_spill_t *probe;
+        if (pb_spill_new(cfg->cdc_spill_dir, 0, &probe, err) != PB_OK)
+            return pb_fail(err, PB_FATAL, "%s", err->msg);
+        pb_spill_free(probe);
+    }
     cdc_capture_t *r = pb_malloc(sizeof *r);
     memset(r, 0, sizeof *r);
     r->base = (pb_capture_t){.ops = &cdc_ops, .cfg = cfg, .stop = stop};

@@ -14,6 +14,7 @@
 #    (VmHWM), which must stay within PB_LARGE_RSS_MB (default 16) of its RSS before the
 #    transaction (~10 MB; ~29 MB under AddressSanitizer): the default transaction's payloads
 #    alone are over 60 MB, and held in memory as decoded events they would take more.
+# A cdc.spill_dir where no file can be created stops the relay at start with an error naming it.
 # 2. A streamed transaction that aborts publishes nothing; in a committed streamed transaction,
 #    rolled-back savepoints (one, one nested in a released one, and one holding a released
 #    child) drop only their events. What arrives is exactly the committed outbox rows.
@@ -29,6 +30,14 @@ pb_init
 export POSTBOX_CDC_SLOT=pb_$PB_TEST # on our server, gone with it
 SPILL_DIR=$PB_TMP/spill
 mkdir -p "$SPILL_DIR"
+# a spill directory that cannot take a file: an error naming it at start, not at the first
+# large transaction
+rc=0
+POSTBOX_CDC_SPILL_DIR=$PB_TMP/missing "$POSTBOX_BIN" --dsn "$POSTBOX_PG_DSN" relay --capture cdc \
+    >"$PB_TMP/bad.out" 2>&1 || rc=$?
+((rc != 0)) && grep -q "cannot create a spill file .*\"$PB_TMP/missing\" (cdc.spill_dir)" "$PB_TMP/bad.out" ||
+    fail "a missing cdc.spill_dir: exit $rc, $(cat "$PB_TMP/bad.out")"
+say "a missing cdc.spill_dir: exit $rc, $(grep -o 'cannot create.*' "$PB_TMP/bad.out")"
 export POSTBOX_CDC_SPILL_DIR=$SPILL_DIR
 # under AddressSanitizer freed blocks wait in a quarantine (256 MiB by default) before their
 # memory is reused, which would count in the RSS measured here
