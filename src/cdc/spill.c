@@ -11,7 +11,7 @@
 
 /* The stdio buffer of a spill file: what one streamed transaction costs in memory. */
 #define SPILL_BUFFER_BYTES (64 * 1024)
-#define N_STRINGS 7
+#define N_STRINGS PB_CDC_EVENT_STRINGS
 #define NULL_STRING UINT32_MAX
 /* A record larger than this is not one the relay wrote: the file is damaged. */
 #define MAX_RECORD_BYTES (UINT32_MAX - 1)
@@ -118,8 +118,8 @@ pb_status_t pb_spill_write(pb_spill_t *sp, uint32_t subxid, const pb_event_t *ev
                            pb_error_t *err)
 {
     PB_ASSERT(!sp->reading);
-    const char *strs[N_STRINGS] = {ev->event_id, ev->aggregate_type, ev->aggregate_id,
-                                   ev->event_type, ev->payload, ev->headers, ev->destination};
+    const char *strs[N_STRINGS];
+    pb_cdc_event_get_strings(ev, strs);
     uint64_t body = sizeof(fixed_t);
     for (int i = 0; i < N_STRINGS; i++)
         body += sizeof(uint32_t) + (strs[i] ? str_len(strs[i], ev->payload_len, i) + 1 : 0);
@@ -254,14 +254,7 @@ pb_status_t pb_spill_read(pb_spill_t *sp, pb_cdc_event_t *out, bool *got, pb_err
     ev->available_at_us = fx.available_at_us;
     ev->expires_at_us = fx.expires_at_us;
     ev->attempts = fx.attempts;
-    ev->event_id = strs[0];
-    ev->aggregate_type = strs[1];
-    ev->aggregate_id = strs[2];
-    ev->event_type = strs[3];
-    ev->payload = strs[4];
-    ev->payload_len = lens[4];
-    ev->headers = strs[5];
-    ev->destination = strs[6];
+    pb_cdc_event_set_strings(ev, strs, lens[4]);
     out->block = block;
     *got = true;
     return PB_OK;

@@ -359,6 +359,16 @@ static void times_of_an_event(void **state)
 }
 
 
+/* v1 (a message as outside a stream block) with xid inserted after its type byte, as inside one */
+static void with_stream_xid(wire_t *out, const wire_t *v1, uint32_t xid)
+{
+    out->n = 0;
+    w_u8(out, v1->b[0]);
+    w_u32(out, xid);
+    memcpy(out->b + out->n, v1->b + 1, v1->n - 1);
+    out->n += v1->n - 1;
+}
+
 /* Protocol 2 with streaming: the bracket messages of a streamed transaction, and the xid that
  * the changes carry inside a stream block (and only there). */
 static void decodes_streamed_transactions(void **state)
@@ -381,22 +391,15 @@ static void decodes_streamed_transactions(void **state)
     assert_true(dec.in_stream);
     /* a Relation inside the block: xid 700 after the type byte */
     relation(&w, 16385, cols_v1, 13);
-    wire_t with_xid = {.n = 0};
-    w_u8(&with_xid, 'R');
-    w_u32(&with_xid, 700);
-    memcpy(with_xid.b + with_xid.n, w.b + 1, w.n - 1);
-    with_xid.n += w.n - 1;
+    wire_t with_xid;
+    with_stream_xid(&with_xid, &w, 700);
     assert_int_equal(pb_pgo_decode(&dec, (const char *)with_xid.b, with_xid.n, &m, &err), PB_OK);
     assert_int_equal(m.kind, PB_PGO_RELATION);
     assert_int_equal(m.xid, 700);
     assert_int_equal(m.u.relation.relid, 16385);
     /* an Insert of subtransaction 701 */
     insert_v1(&w, 16385, "42", "agg-1");
-    with_xid.n = 0;
-    w_u8(&with_xid, 'I');
-    w_u32(&with_xid, 701);
-    memcpy(with_xid.b + with_xid.n, w.b + 1, w.n - 1);
-    with_xid.n += w.n - 1;
+    with_stream_xid(&with_xid, &w, 701);
     assert_int_equal(pb_pgo_decode(&dec, (const char *)with_xid.b, with_xid.n, &m, &err), PB_OK);
     assert_int_equal(m.kind, PB_PGO_INSERT);
     assert_int_equal(m.xid, 701);
@@ -470,6 +473,15 @@ static void decodes_streamed_transactions(void **state)
     pb_pgo_decoder_free(&dec);
 }
 
+/* Decoding the first len bytes of w fails with an error containing text. */
+static void decode_fails(pb_pgo_decoder_t *dec, const wire_t *w, size_t len, const char *text)
+{
+    pb_pgo_msg_t m;
+    pb_error_t err;
+    assert_int_equal(pb_pgo_decode(dec, (const char *)w->b, len, &m, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, text));
+}
+
 /* Stream messages cut short, out of place or with a zero xid: a clear error naming them. */
 static void bad_stream_messages_are_errors(void **state)
 {
@@ -494,57 +506,45 @@ static void bad_stream_messages_are_errors(void **state)
     w_u32(&abort_, 900);
     /* truncated (outside a block, where Start, Commit and Abort belong) */
     for (size_t cut = 1; cut < start.n; cut++) {
-        assert_int_equal(pb_pgo_decode(&dec, (const char *)start.b, cut, &m, &err), PB_FATAL);
-        assert_non_null(strstr(err.msg, "truncated Stream Start"));
+        decode_fails(&dec, &start, cut, "truncated Stream Start");
         assert_false(dec.in_stream);
     }
     for (size_t cut = 1; cut < commit.n; cut++) {
-        assert_int_equal(pb_pgo_decode(&dec, (const char *)commit.b, cut, &m, &err), PB_FATAL);
-        assert_non_null(strstr(err.msg, "truncated Stream Commit"));
+        decode_fails(&dec, &commit, cut, "truncated Stream Commit");
     }
     for (size_t cut = 1; cut < abort_.n; cut++) {
-        assert_int_equal(pb_pgo_decode(&dec, (const char *)abort_.b, cut, &m, &err), PB_FATAL);
-        assert_non_null(strstr(err.msg, "truncated Stream Abort"));
+        decode_fails(&dec, &abort_, cut, "truncated Stream Abort");
     }
     /* out of place */
-    assert_int_equal(pb_pgo_decode(&dec, (const char *)stop.b, stop.n, &m, &err), PB_FATAL);
-    assert_non_null(strstr(err.msg, "Stream Stop outside a stream block"));
+    decode_fails(&dec, &stop, stop.n, "Stream Stop outside a stream block");
     assert_int_equal(pb_pgo_decode(&dec, (const char *)start.b, start.n, &m, &err), PB_OK);
-    assert_int_equal(pb_pgo_decode(&dec, (const char *)start.b, start.n, &m, &err), PB_FATAL);
-    assert_non_null(strstr(err.msg, "Stream Start inside a stream block"));
-    assert_int_equal(pb_pgo_decode(&dec, (const char *)commit.b, commit.n, &m, &err), PB_FATAL);
-    assert_non_null(strstr(err.msg, "Stream Commit inside a stream block"));
-    assert_int_equal(pb_pgo_decode(&dec, (const char *)abort_.b, abort_.n, &m, &err), PB_FATAL);
-    assert_non_null(strstr(err.msg, "Stream Abort inside a stream block"));
+    decode_fails(&dec, &start, start.n, "Stream Start inside a stream block");
+    decode_fails(&dec, &commit, commit.n, "Stream Commit inside a stream block");
+    decode_fails(&dec, &abort_, abort_.n, "Stream Abort inside a stream block");
     w.n = 0;
     w_u8(&w, 'B');
     w_u64(&w, 1);
     w_u64(&w, 2);
     w_u32(&w, 3);
-    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_FATAL);
-    assert_non_null(strstr(err.msg, "Begin inside a stream block"));
+    decode_fails(&dec, &w, w.n, "Begin inside a stream block");
     /* a change in a block with xid 0, or too short to hold its xid */
     w.n = 0;
     w_u8(&w, 'I');
     w_u32(&w, 0);
-    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_FATAL);
-    assert_non_null(strstr(err.msg, "xid 0"));
-    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, 3, &m, &err), PB_FATAL);
-    assert_non_null(strstr(err.msg, "no xid"));
+    decode_fails(&dec, &w, w.n, "xid 0");
+    decode_fails(&dec, &w, 3, "no xid");
     assert_int_equal(pb_pgo_decode(&dec, (const char *)stop.b, stop.n, &m, &err), PB_OK);
     /* zero xids in the bracket messages */
     w.n = 0;
     w_u8(&w, 'A');
     w_u32(&w, 900);
     w_u32(&w, 0);
-    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_FATAL);
-    assert_non_null(strstr(err.msg, "subtransaction xid 0"));
+    decode_fails(&dec, &w, w.n, "subtransaction xid 0");
     w.n = 0;
     w_u8(&w, 'S');
     w_u32(&w, 0);
     w_u8(&w, 1);
-    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_FATAL);
-    assert_non_null(strstr(err.msg, "Stream Start message with xid 0"));
+    decode_fails(&dec, &w, w.n, "Stream Start message with xid 0");
     assert_false(dec.in_stream);
     pb_pgo_decoder_free(&dec);
 }
