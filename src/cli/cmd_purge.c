@@ -1,9 +1,12 @@
 /* postbox purge --older-than DURATION [--batch N] [--outbox-only|--inbox-only] [--consumer C]
- * [--dead-letters]: retention by hand (the relay and the consumer also purge periodically:
- * relay.retention, consume.retention, relay.dead_letter_retention, consume.dead_retention).
- * Deletes published outbox rows and handled inbox rows older than DURATION, and with
+ * [--dead-letters] [--sequences]: retention by hand (the relay and the consumer also purge
+ * periodically: relay.retention, consume.retention, relay.dead_letter_retention,
+ * consume.dead_retention, relay.sequence_retention, consume.sequence_retention).
+ * Deletes published outbox rows and handled inbox rows older than DURATION, with
  * --dead-letters the dead letters (postbox.dead_letters, postbox.inbox_dead) dead for longer
- * than DURATION whatever their type, in batches, each batch its own short transaction
+ * than DURATION whatever their type, and with --sequences the sequence rows of aggregates idle
+ * for longer (postbox.aggregate_sequences with the outbox, postbox.inbox_sequences with the
+ * inbox, after its purge: sql/018), in batches, each batch its own short transaction
  * (store/purge.h); SIGTERM/SIGINT stop it between two batches. Prints rows, batches and the
  * longest batch per table. */
 #include <libpq-fe.h>
@@ -49,7 +52,7 @@ static int purge_one(pb_cli_t *cli, PGconn *conn, pb_purge_target_t target, int6
 int pb_cmd_purge(pb_cli_t *cli)
 {
     int64_t older_ms = -1, batch = 0;
-    bool outbox = true, inbox = true, dead = false;
+    bool outbox = true, inbox = true, dead = false, sequences = false;
     const char *consumer = NULL;
     for (int i = 0; i < cli->n_args; i++) {
         const char *v;
@@ -59,6 +62,8 @@ int pb_cmd_purge(pb_cli_t *cli)
             outbox = false;
         } else if (strcmp(cli->args[i], "--dead-letters") == 0) {
             dead = true;
+        } else if (strcmp(cli->args[i], "--sequences") == 0) {
+            sequences = true;
         } else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--older-than"))) {
             if (!*v || !pb_args_duration_ms(v, &older_ms) || older_ms <= 0) {
                 fprintf(stderr, "postbox purge: --older-than: expected a duration such as 7d\n");
@@ -102,6 +107,11 @@ int pb_cmd_purge(pb_cli_t *cli)
         rc = purge_one(cli, conn, PB_PURGE_INBOX_DEAD, older_ms, consumer, (int)batch);
     if (rc == PB_EXIT_OK && inbox)
         rc = purge_one(cli, conn, PB_PURGE_INBOX, older_ms, consumer, (int)batch);
+    /* after the inbox: its purge folds the numbers of the rows it deletes into these rows */
+    if (rc == PB_EXIT_OK && outbox && sequences)
+        rc = purge_one(cli, conn, PB_PURGE_AGGREGATE_SEQUENCES, older_ms, NULL, (int)batch);
+    if (rc == PB_EXIT_OK && inbox && sequences)
+        rc = purge_one(cli, conn, PB_PURGE_INBOX_SEQUENCES, older_ms, consumer, (int)batch);
     PQfinish(conn);
     return rc;
 }

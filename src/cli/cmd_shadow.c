@@ -68,8 +68,8 @@ static bool parse_args(const pb_cli_t *cli, compare_args_t *a)
             return false; /* pb_args_value said that the value is missing */
     }
     if (!a->legacy || !a->ours) {
-        fprintf(stderr, "postbox shadow compare: --legacy and --ours are required (amqp:QUEUE or "
-                        "redis:STREAM)\n");
+        fprintf(stderr, "postbox shadow compare: --legacy and --ours are required (amqp:QUEUE, "
+                        "redis:STREAM, kafka:TOPIC or nats:STREAM)\n");
         return false;
     }
     if (!a->key && (!a->legacy_key || !a->ours_key)) {

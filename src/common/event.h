@@ -30,6 +30,8 @@ typedef struct pb_event {
     struct json_t *header_obj;  /* headers parsed once for every sink (pb_sink_prepare), NULL
                                  * when there are none or they are flat; released by
                                  * pb_sink_release */
+    bool store_masked;          /* payload and headers are [mask]'s copies, to be stored so in
+                                 * the history and dead letters (relay.mask_stored) */
     unsigned flat_headers;      /* > 0: headers is an object of that many members, every one a
                                  * string without escapes, which the sinks read in place
                                  * (pb_header_next), with no parse tree; set by pb_sink_prepare */

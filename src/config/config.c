@@ -489,6 +489,9 @@ pb_status_t pb_config_validate(const pb_config_t *cfg, pb_error_t *err)
         return PB_FATAL;
     if (pb_ce_check_source(cfg->relay_cloudevents_source, err) != PB_OK)
         return PB_FATAL;
+    if (cfg->relay_mask_stored && strcmp(cfg->relay_capture, "poll") != 0)
+        return pb_fail(err, PB_FATAL, "relay.mask_stored works with relay.capture = poll only (the "
+                                      "cdc capture stores what the producer wrote)");
     return pb_mask_check_config(cfg, err);
 }
 

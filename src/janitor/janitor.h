@@ -21,7 +21,7 @@ typedef struct pb_janitor_purge {
     const pb_retention_rules_t *rules; /* dead letters only (borrowed); NULL: none */
 } pb_janitor_purge_t;
 
-#define PB_JANITOR_PURGES_MAX 2
+#define PB_JANITOR_PURGES_MAX 3
 
 typedef struct pb_janitor_opts {
     const char *dsn;            /* borrowed, must outlive the janitor */

@@ -53,8 +53,12 @@ pb_status_t pb_ops_start(const pb_config_t *cfg, const char *component, pb_ops_t
                                           : cfg->consume_dead_retention,
                     .rules = &ops->dead_rules},
                    {.target = relay ? PB_PURGE_OUTBOX : PB_PURGE_INBOX,
-                    .retention_ms = relay ? cfg->relay_retention : cfg->consume_retention}},
-        .n_purges = 2,
+                    .retention_ms = relay ? cfg->relay_retention : cfg->consume_retention},
+                   /* last: the inbox purge of this round folds its numbers in first */
+                   {.target = relay ? PB_PURGE_AGGREGATE_SEQUENCES : PB_PURGE_INBOX_SEQUENCES,
+                    .retention_ms = relay ? cfg->relay_sequence_retention
+                                          : cfg->consume_sequence_retention}},
+        .n_purges = 3,
         .purge_interval_ms = relay ? cfg->relay_purge_interval : cfg->consume_purge_interval,
         .consumer = relay ? NULL : cfg->consume_consumer,
     };

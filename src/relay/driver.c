@@ -492,13 +492,49 @@ static pb_status_t prepare_retry(driver_t *d, pb_capture_batch_t *b, int worst, 
     return PB_OK;
 }
 
-/* Before the capture settles the batch: the events point at the outbox rows' texts again
- * (a dead letter keeps the row as it was), and what prepare attached is freed. */
-static void release_batch(driver_t *d, pb_capture_batch_t *b)
+/* Before the capture settles the batch: what prepare attached is freed and, unless unmask is
+ * false (relay.mask_stored: restore_masks after the settle), the events point at the outbox
+ * rows' texts again (a dead letter keeps the row as it was). */
+static void release_batch(driver_t *d, pb_capture_batch_t *b, bool unmask)
 {
     for (size_t i = 0; i < b->n; i++) {
         pb_sink_release(&b->events[i]);
+        if (unmask)
+            pb_mask_restore(&b->events[i], &d->masked[i]);
+    }
+}
+
+static void restore_masks(driver_t *d, pb_capture_batch_t *b)
+{
+    for (size_t i = 0; i < b->n; i++)
         pb_mask_restore(&b->events[i], &d->masked[i]);
+}
+
+/* relay.mask_stored: each event the settle stores is stored masked as it was published, or as it
+ * would have been (a dead letter never sent, such as an expired event, is masked now). One that
+ * rules apply to but that cannot be masked is stored with a null payload and no headers, never
+ * with the producer's texts (fail closed; its reason says why). The texts stay in place until
+ * the capture has copied them (restore_masks). */
+static void mask_for_storage(driver_t *d, pb_capture_batch_t *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        pb_event_t *ev = &b->events[i];
+        pb_masked_t *keep = &d->masked[i];
+        if (!pb_settle_stores(&d->results[i], &d->plans[i]) || !pb_mask_applies(d->mask, ev->event_type))
+            continue;
+        /* a published event was masked before it went out; a dead one may not have been */
+        pb_result_t scratch = {0};
+        if (!keep->active && d->results[i].outcome != PB_OUT_PUBLISHED &&
+            !pb_mask_event(d->mask, ev, keep, &scratch)) {
+            keep->active = true;
+            keep->orig_payload = ev->payload;
+            keep->orig_payload_len = ev->payload_len;
+            keep->orig_headers = ev->headers;
+            ev->payload = "null";
+            ev->payload_len = 4;
+            ev->headers = NULL;
+        }
+        ev->store_masked = keep->active;
     }
 }
 
@@ -534,20 +570,26 @@ static pb_status_t step(driver_t *d, bool *idle, pb_error_t *err)
             d->sink_up = false;
         }
         if (ost != PB_OK) {
-            release_batch(d, &b);
+            release_batch(d, &b, true);
             return ost; /* nothing of the batch is settled: it is relayed again */
         }
         int worst = plan(d, &b);
         if (!d->cap->ops->retries_in_place || !retry_due(d, &b))
             break;
         if ((st = prepare_retry(d, &b, worst, err)) != PB_OK) {
-            release_batch(d, &b);
+            release_batch(d, &b, true);
             return st;
         }
     }
     pb_holdback_record(&d->hold, b.events, d->results, b.n);
-    release_batch(d, &b);
-    return d->cap->ops->settle(d->cap, d->results, d->plans, err);
+    bool mask_stored = d->cfg->relay_mask_stored;
+    if (mask_stored)
+        mask_for_storage(d, &b);
+    release_batch(d, &b, !mask_stored);
+    st = d->cap->ops->settle(d->cap, d->results, d->plans, err);
+    if (mask_stored)
+        restore_masks(d, &b);
+    return st;
 }
 
 static bool idle_tick(void *arg)

@@ -328,8 +328,9 @@ pb_status_t pb_ce_new(const pb_config_t *cfg, pb_ce_binding_t binding, const cha
     pb_status_t st = pb_ce_check_source(cfg->relay_cloudevents_source, err);
     if (st != PB_OK)
         return st;
-    const char *pfx = binding == PB_CE_AMQP ? (prefix ? prefix : "cloudEvents_")
+    const char *pfx = binding == PB_CE_AMQP   ? (prefix ? prefix : "cloudEvents_")
                       : binding == PB_CE_NATS ? "ce-"
+                      : binding == PB_CE_JSON ? ""
                                               : "ce_";
     pb_ce_t *ce = pb_malloc(sizeof *ce);
     memset(ce, 0, sizeof *ce);

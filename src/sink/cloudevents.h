@@ -27,6 +27,8 @@
  *   Kafka       ce_<attribute>; datacontenttype as the header content-type
  *   NATS        ce-<attribute>, every one; values percent-encoded as its binding asks (space,
  *               '"', '%' and every byte outside printable ASCII as %XY)
+ *   JSON        the JSON event format (structured content mode, the stdout sink): each
+ *               attribute a member of its plain name, the payload as member data
  *   Redis       no binding; postbox's mapping: fields ce_specversion, ce_source, ce_subject,
  *               ce_datacontenttype, and the entry's own fields for the rest (event_id,
  *               event_type, created_at, traceparent, tracestate, aggregate_sequence; payload is
@@ -61,6 +63,7 @@ typedef enum pb_ce_binding {
     PB_CE_NATS,  /* NATS binding: ce- headers, values percent-encoded */
     PB_CE_REDIS, /* postbox's mapping: ce_ entry fields for what postbox's own fields do not
                   * hold (specversion, source, subject, datacontenttype) */
+    PB_CE_JSON,  /* JSON event format: the attributes' plain names */
 } pb_ce_binding_t;
 
 /* The attributes, in the order they are sent. */
@@ -110,10 +113,11 @@ typedef struct pb_ce {
 pb_status_t pb_ce_new(const pb_config_t *cfg, pb_ce_binding_t binding, const char *prefix,
                       pb_ce_t **out, pb_error_t *err) PB_MUSTCHECK;
 
-/* Whether a sink's <section>.cloudevents option (off|binary) turns the mode on. */
+/* Whether a sink's <section>.cloudevents option (off|binary, or off|structured for stdout)
+ * turns the mode on. */
 static inline bool pb_ce_wanted(const char *option)
 {
-    return option && strcmp(option, "binary") == 0;
+    return option && (strcmp(option, "binary") == 0 || strcmp(option, "structured") == 0);
 }
 
 /* Frees ce (accepts NULL). */

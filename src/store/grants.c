@@ -112,6 +112,10 @@ static const grant_t grants[] = {
      false},
     {PB_GRANTS_RELAY, "SELECT, INSERT, DELETE", "postbox.outbox_published", NULL, false},
     {PB_GRANTS_RELAY, "SELECT, INSERT, DELETE", "postbox.dead_letters", NULL, false},
+    {PB_GRANTS_RELAY, "SELECT, UPDATE, DELETE", "postbox.aggregate_sequences",
+     "-- the retention of the producers' numbering (relay.sequence_retention: rows locked, then\n"
+     "-- deleted)\n",
+     false},
     {PB_GRANTS_RELAY, "SELECT", "postbox.schema_migrations, postbox.emit_key, postbox.relay_lock_keys",
      NULL, false},
     {PB_GRANTS_RELAY, "SELECT, INSERT, DELETE", "postbox.cdc_deferred",
@@ -124,7 +128,8 @@ static const grant_t grants[] = {
      "-- consumer: the inbox, its failures and dead messages (and purges its own rows), the\n"
      "-- last sequence number handled per aggregate, the schema version (its start-up check)\n",
      false},
-    {PB_GRANTS_CONSUMER, "SELECT, INSERT, UPDATE", "postbox.inbox_sequences", NULL, false},
+    {PB_GRANTS_CONSUMER, "SELECT, INSERT, UPDATE, DELETE", "postbox.inbox_sequences", NULL,
+     false},
     {PB_GRANTS_CONSUMER, "SELECT, INSERT, DELETE", "postbox.inbox_dead", NULL, false},
     {PB_GRANTS_CONSUMER, "SELECT", "postbox.schema_migrations", NULL, false},
 };

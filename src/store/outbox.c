@@ -24,6 +24,14 @@ static const char mark_sql[] =
 static const char mark_sparse_sql[] =
     "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_ARRAY("o")) "SELECT count(*) FROM kept";
 
+/* relay.mask_stored: the rows about to be moved to the history or dead letters take the texts
+ * that were published (NULL headers: none). Sent only for batches with masked events. */
+static const char store_masked_sql[] =
+    "UPDATE postbox.outbox o SET payload = m.payload::jsonb, "
+    "    headers = coalesce(m.headers::jsonb, '{}'::jsonb) "
+    "FROM unnest($1::bigint[], $2::text[], $3::text[]) AS m(id, payload, headers) "
+    "WHERE o.id = m.id";
+
 static const char retry_sql[] =
     "UPDATE postbox.outbox o "
     "SET attempts = o.attempts + 1, last_error = f.err, waiting = true, "
@@ -81,6 +89,9 @@ void pb_outbox_free(pb_outbox_t *ob)
     pb_buf_free(&ob->dead_ids);
     pb_buf_free(&ob->dead_reasons);
     pb_buf_free(&ob->dead_tried);
+    pb_buf_free(&ob->masked_ids);
+    pb_buf_free(&ob->masked_payloads);
+    pb_buf_free(&ob->masked_headers);
 }
 
 pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err)
@@ -92,6 +103,7 @@ pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err)
         {"pb_publish_sparse", ob->delete_on_publish ? delete_sparse_sql : mark_sparse_sql},
         {"pb_retry", retry_sql},
         {"pb_dead", dead_sql},
+        {"pb_store_masked", store_masked_sql},
     };
     return pb_pg_prepare_all(ob->conn, stmts, sizeof stmts / sizeof *stmts, err);
 }
@@ -265,11 +277,40 @@ void pb_outbox_release_batch(pb_outbox_t *ob)
     clear_batch(ob);
 }
 
+bool pb_settle_stores(const pb_result_t *r, const pb_settle_plan_t *plan)
+{
+    switch (r->outcome) {
+    case PB_OUT_PUBLISHED:
+        return true;
+    case PB_OUT_RETRY:
+    case PB_OUT_REJECT:
+    case PB_OUT_EXPIRED:
+        return plan->dead;
+    default:
+        return false;
+    }
+}
+
+static void put_masked(pb_outbox_t *ob, const pb_event_t *ev)
+{
+    const char *sep = ob->n_masked ? "," : "";
+    pb_buf_printf(&ob->masked_ids, "%s%lld", sep, (long long)ev->id);
+    pb_buf_puts(&ob->masked_payloads, sep);
+    pb_buf_append_array_text(&ob->masked_payloads, ev->payload);
+    pb_buf_puts(&ob->masked_headers, sep);
+    if (ev->headers)
+        pb_buf_append_array_text(&ob->masked_headers, ev->headers);
+    else
+        pb_buf_puts(&ob->masked_headers, "NULL");
+    ob->n_masked++;
+}
+
 void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
                             const pb_settle_plan_t *plans, pb_settle_counts_t *counts)
 {
-    pb_buf_t *bufs[] = {&ob->retry_ids,  &ob->retry_errors,  &ob->retry_delays,
-                        &ob->dead_ids,   &ob->dead_reasons,  &ob->dead_tried};
+    pb_buf_t *bufs[] = {&ob->retry_ids,     &ob->retry_errors,      &ob->retry_delays,
+                        &ob->dead_ids,      &ob->dead_reasons,      &ob->dead_tried,
+                        &ob->masked_ids,    &ob->masked_payloads,   &ob->masked_headers};
     const size_t n_bufs = sizeof bufs / sizeof bufs[0];
     for (size_t b = 0; b < n_bufs; b++) {
         pb_buf_reset(bufs[b]);
@@ -280,8 +321,11 @@ void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
         ob->published = pb_realloc(ob->published, ob->n_events * sizeof *ob->published);
         ob->cap_published = ob->n_events;
     }
+    ob->n_masked = 0;
     for (size_t i = 0; i < ob->n_events; i++) {
         long long id = (long long)ob->events[i].id;
+        if (ob->events[i].store_masked && pb_settle_stores(&results[i], &plans[i]))
+            put_masked(ob, &ob->events[i]);
         switch (results[i].outcome) {
         case PB_OUT_PUBLISHED:
             ob->published[counts->published++] = (int64_t)id;
@@ -323,7 +367,12 @@ void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
 pb_status_t pb_outbox_send_settle(pb_outbox_t *ob, pb_error_t *err)
 {
     pb_status_t st = PB_OK;
-    if (ob->n_published) {
+    if (ob->n_masked) { /* first: the moves below copy the rows */
+        const char *p[3] = {ob->masked_ids.data, ob->masked_payloads.data,
+                            ob->masked_headers.data};
+        st = send_prepared(ob, "pb_store_masked", 3, p, err);
+    }
+    if (st == PB_OK && ob->n_published) {
         const char *p[1] = {ob->published_ids.data};
         st = send_prepared(ob, ob->published_sparse ? "pb_publish_sparse" : "pb_publish", 1, p,
                            err);
@@ -342,14 +391,16 @@ pb_status_t pb_outbox_send_settle(pb_outbox_t *ob, pb_error_t *err)
 pb_status_t pb_outbox_read_settle(pb_outbox_t *ob, pb_error_t *err)
 {
     pb_status_t st = PB_OK;
-    if (ob->n_published)
+    if (ob->n_masked)
+        st = pb_pg_read_result(ob->conn, PGRES_COMMAND_OK, "store masked events", NULL, err);
+    if (st == PB_OK && ob->n_published)
         st = pb_pg_read_result(ob->conn, ob->delete_on_publish ? PGRES_COMMAND_OK : PGRES_TUPLES_OK,
                          "mark published", NULL, err);
     if (st == PB_OK && ob->n_retried)
         st = pb_pg_read_result(ob->conn, PGRES_COMMAND_OK, "record failed publishes", NULL, err);
     if (st == PB_OK && ob->n_dead)
         st = pb_pg_read_result(ob->conn, PGRES_COMMAND_OK, "move events to dead_letters", NULL, err);
-    ob->n_published = ob->n_retried = ob->n_dead = 0;
+    ob->n_published = ob->n_retried = ob->n_dead = ob->n_masked = 0;
     return st;
 }
 

@@ -59,6 +59,10 @@ typedef struct pb_outbox {
     size_t n_published, n_retried, n_dead; /* what the literals built hold */
     pb_buf_t published_ids, retry_ids, retry_errors, retry_delays, dead_ids, dead_reasons,
         dead_tried;
+    /* relay.mask_stored: the masked texts of the events stored now (pb_event_t.store_masked),
+     * written over their outbox rows first in the settle, so that the moves store them */
+    size_t n_masked;
+    pb_buf_t masked_ids, masked_payloads, masked_headers;
     char limit_text[16], shards_text[16];
 } pb_outbox_t;
 
@@ -75,6 +79,9 @@ typedef struct pb_settle_counts {
     size_t dead;
     size_t untried;
 } pb_settle_counts_t;
+
+/* Whether the settle moves an event with this outcome to the history or the dead letters. */
+bool pb_settle_stores(const pb_result_t *result, const pb_settle_plan_t *plan);
 
 void pb_outbox_init(pb_outbox_t *ob, PGconn *conn, bool delete_on_publish);
 /* Frees the batch and buffers (not the connection). */

@@ -57,6 +57,32 @@ static const char purge_inbox_sql[] =
     "      purged_before = greatest(s.purged_before, EXCLUDED.purged_before)) "
     "SELECT count(*) FROM gone";
 
+/* Sequence rows of idle aggregates (sql/018 gives the rules and why they keep the numbering and
+ * the duplicate rule). SKIP LOCKED: a producer or consumer holding a row is never waited for;
+ * FOR UPDATE re-reads a row updated since the statement's snapshot and re-checks updated_at,
+ * so an aggregate written meanwhile keeps its row. Neither table has an index on updated_at (it
+ * would cost every producer's and consumer's update its HOT path): a round reads the table. */
+static const char purge_aggregate_sequences_sql[] =
+    "DELETE FROM postbox.aggregate_sequences s USING ("
+    "  SELECT a.aggregate_type, a.aggregate_id FROM postbox.aggregate_sequences a"
+    "  WHERE a.updated_at < $1::timestamptz"
+    "    AND NOT EXISTS (SELECT 1 FROM postbox.outbox o"
+    "                    WHERE o.published_at IS NULL AND o.aggregate_type = a.aggregate_type"
+    "                      AND o.aggregate_id = a.aggregate_id)"
+    "    AND NOT EXISTS (SELECT 1 FROM postbox.cdc_deferred d"
+    "                    WHERE d.aggregate_type = a.aggregate_type"
+    "                      AND d.aggregate_id = a.aggregate_id)"
+    "  LIMIT $2::integer FOR UPDATE OF a SKIP LOCKED) idle"
+    " WHERE s.aggregate_type = idle.aggregate_type AND s.aggregate_id = idle.aggregate_id";
+static const char purge_inbox_sequences_sql[] =
+    "DELETE FROM postbox.inbox_sequences s USING ("
+    "  SELECT q.consumer, q.aggregate_type, q.aggregate_id FROM postbox.inbox_sequences q"
+    "  WHERE q.updated_at < $1::timestamptz AND ($3::text IS NULL OR q.consumer = $3::text)"
+    "    AND (q.purged_before IS NULL OR q.purged_before < $1::timestamptz)"
+    "  LIMIT $2::integer FOR UPDATE OF q SKIP LOCKED) idle"
+    " WHERE s.consumer = idle.consumer AND s.aggregate_type = idle.aggregate_type"
+    "   AND s.aggregate_id = idle.aggregate_id";
+
 /* Dead letters: the first rule whose LIKE pattern matches the type gives the row's age
  * ($3 patterns, $4 ages in ms, in rule order), else the default ($2); age 0 keeps the row.
  * $1 is the purge's start. Dead letters are few: no index on dead_at is needed. */
@@ -84,10 +110,30 @@ const char *pb_purge_table(pb_purge_target_t target)
         return "dead_letters";
     case PB_PURGE_INBOX_DEAD:
         return "inbox_dead";
+    case PB_PURGE_AGGREGATE_SEQUENCES:
+        return "aggregate_sequences";
+    case PB_PURGE_INBOX_SEQUENCES:
+        return "inbox_sequences";
     case PB_PURGE_OUTBOX:
         break;
     }
     return "outbox_published";
+}
+
+/* The statement of a target purged by its cutoff alone ($1 cutoff, $2 batch, $3 consumer). */
+static const char *purge_sql(pb_purge_target_t target)
+{
+    switch (target) {
+    case PB_PURGE_INBOX:
+        return purge_inbox_sql;
+    case PB_PURGE_AGGREGATE_SEQUENCES:
+        return purge_aggregate_sequences_sql;
+    case PB_PURGE_INBOX_SEQUENCES:
+        return purge_inbox_sequences_sql;
+    default:
+        break;
+    }
+    return purge_outbox_sql;
 }
 
 static bool dead_target(pb_purge_target_t target)
@@ -141,8 +187,9 @@ pb_status_t pb_purge_step(pb_purge_t *p, uint64_t *rows, pb_error_t *err)
                            consumer ? 6 : 5, NULL, params, NULL, NULL, 0);
     } else {
         const char *params[3] = {p->cutoff, batch, p->consumer};
-        res = PQexecParams(p->conn, inbox ? purge_inbox_sql : purge_outbox_sql, inbox ? 3 : 2,
-                           NULL, params, NULL, NULL, 0);
+        bool by_consumer = inbox || p->target == PB_PURGE_INBOX_SEQUENCES;
+        res = PQexecParams(p->conn, purge_sql(p->target), by_consumer ? 3 : 2, NULL, params,
+                           NULL, NULL, 0);
     }
     pb_status_t st = pb_pg_check(p->conn, res, inbox ? PGRES_TUPLES_OK : PGRES_COMMAND_OK,
                                  "purge", err);

@@ -8,7 +8,9 @@
  * so that a redelivery is not handled again: `postbox dlq --inbox` replays or drops it). Dead
  * letters (postbox.dead_letters, postbox.inbox_dead): rows dead before the cutoff, the age
  * taken per event type from retention rules (store/retention_rules.h) where one matches; once a
- * dead inbox message's entry is gone, its inbox row goes with the next inbox purge.
+ * dead inbox message's entry is gone, its inbox row goes with the next inbox purge. Sequence
+ * rows (postbox.aggregate_sequences, postbox.inbox_sequences): those of aggregates idle since the
+ * cutoff, on the conditions sql/018 gives (no pending event; no purged number received since).
  *
  * Usage: pb_purge_begin fixes the cutoff (now() - older_than on the server's clock), then
  * pb_purge_step deletes one batch per call until *done: callers interleave other work (the
@@ -30,6 +32,8 @@ typedef enum pb_purge_target {
     PB_PURGE_INBOX,
     PB_PURGE_DEAD_LETTERS, /* the relay's: postbox.dead_letters */
     PB_PURGE_INBOX_DEAD,   /* the consumers': postbox.inbox_dead */
+    PB_PURGE_AGGREGATE_SEQUENCES, /* the producers' numbering of idle aggregates (sql/018) */
+    PB_PURGE_INBOX_SEQUENCES,     /* the consumers' highest numbers of idle aggregates */
 } pb_purge_target_t;
 
 typedef struct pb_purge {
@@ -39,7 +43,8 @@ typedef struct pb_purge {
     char asof[64];        /* now() at the start: dead letters' ages count from it */
     int64_t older_than_ms;
     const pb_retention_rules_t *rules; /* dead letters: per-type ages (borrowed); NULL: none */
-    const char *consumer; /* inbox: only this consumer's rows (borrowed); NULL: every consumer */
+    const char *consumer; /* inbox, inbox_sequences: only this consumer's rows (borrowed); NULL:
+                          * every consumer */
     int batch;
     uint64_t deleted;      /* rows so far */
     uint64_t batches;      /* statements so far */
@@ -57,7 +62,8 @@ pb_status_t pb_purge_begin(pb_purge_t *p, PGconn *conn, pb_purge_target_t target
 /* Deletes one batch (one transaction); sets p->done when fewer than batch rows were left. */
 pb_status_t pb_purge_step(pb_purge_t *p, uint64_t *rows, pb_error_t *err) PB_MUSTCHECK;
 
-/* "outbox_published" | "inbox" | "dead_letters" | "inbox_dead" */
+/* "outbox_published" | "inbox" | "dead_letters" | "inbox_dead" | "aggregate_sequences" |
+ * "inbox_sequences" */
 const char *pb_purge_table(pb_purge_target_t target);
 
 #endif
