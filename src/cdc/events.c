@@ -145,15 +145,31 @@ static void pack_event(pb_cdc_event_t *out, size_t n, const char *const *src, co
 {
     memset(out, 0, sizeof *out);
     out->block = pack(n, src, lens, dst);
-    pb_event_t *ev = &out->ev;
-    ev->event_id = dst[0];
-    ev->aggregate_type = dst[1];
-    ev->aggregate_id = dst[2];
-    ev->event_type = dst[3];
-    ev->payload = dst[4];
-    ev->payload_len = lens[4];
-    ev->headers = dst[5];
-    ev->destination = dst[6];
+    pb_cdc_event_set_strings(&out->ev, dst, lens[4]);
+}
+
+void pb_cdc_event_get_strings(const pb_event_t *ev, const char *strs[PB_CDC_EVENT_STRINGS])
+{
+    strs[0] = ev->event_id;
+    strs[1] = ev->aggregate_type;
+    strs[2] = ev->aggregate_id;
+    strs[3] = ev->event_type;
+    strs[4] = ev->payload;
+    strs[5] = ev->headers;
+    strs[6] = ev->destination;
+}
+
+void pb_cdc_event_set_strings(pb_event_t *ev, const char *const strs[PB_CDC_EVENT_STRINGS],
+                              size_t payload_len)
+{
+    ev->event_id = strs[0];
+    ev->aggregate_type = strs[1];
+    ev->aggregate_id = strs[2];
+    ev->event_type = strs[3];
+    ev->payload = strs[4];
+    ev->payload_len = payload_len;
+    ev->headers = strs[5];
+    ev->destination = strs[6];
 }
 
 pb_status_t pb_cdc_event_from_insert(const pb_cdc_outbox_map_t *map, const pb_pgo_msg_t *ins,

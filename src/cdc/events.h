@@ -40,6 +40,14 @@ pb_status_t pb_cdc_event_from_insert(const pb_cdc_outbox_map_t *map, const pb_pg
 pb_status_t pb_cdc_event_from_message(const char *content, size_t len, pb_cdc_event_t *out,
                                       pb_error_t *err) PB_MUSTCHECK;
 
+/* The strings of an event, in this order: event_id, aggregate_type, aggregate_id, event_type,
+ * payload, headers, destination (the last two may be NULL). get copies the pointers out of ev,
+ * set into it (payload_len: the payload's length). */
+#define PB_CDC_EVENT_STRINGS 7
+void pb_cdc_event_get_strings(const pb_event_t *ev, const char *strs[PB_CDC_EVENT_STRINGS]);
+void pb_cdc_event_set_strings(pb_event_t *ev, const char *const strs[PB_CDC_EVENT_STRINGS],
+                              size_t payload_len);
+
 void pb_cdc_event_free(pb_cdc_event_t *e);
 
 /* "2026-11-30 11:03:34.123456+00" (timestamptz text output, ISO) -> unix microseconds. */

@@ -216,6 +216,58 @@ static pb_status_t decode_tuple(reader_t *r, pb_pgo_msg_t *out, pb_error_t *err)
     return PB_OK;
 }
 
+/* The message types that carry an xid inside a stream block (protocol 2). */
+static bool carries_stream_xid(uint8_t type)
+{
+    return type == 'R' || type == 'Y' || type == 'I' || type == 'U' || type == 'D' ||
+           type == 'T' || type == 'M';
+}
+
+/* Stream Start / Stop / Commit / Abort: the bracket of a streamed transaction's blocks. */
+static pb_status_t decode_stream(pb_pgo_decoder_t *dec, uint8_t type, reader_t *r,
+                                 pb_pgo_msg_t *out, pb_error_t *err)
+{
+    const char *name = type == 'S' ? "Stream Start" : type == 'E' ? "Stream Stop"
+                       : type == 'c' ? "Stream Commit" : "Stream Abort";
+    if ((type == 'E') != dec->in_stream)
+        return pb_fail(err, PB_FATAL, "pgoutput: %s %s a stream block", name,
+                       dec->in_stream ? "inside" : "outside");
+    switch (type) {
+    case 'S':
+        out->kind = PB_PGO_STREAM_START;
+        out->u.stream_start.xid = get_u32(r);
+        out->u.stream_start.first_segment = get_u8(r) == 1;
+        break;
+    case 'E':
+        out->kind = PB_PGO_STREAM_STOP;
+        break;
+    case 'c':
+        out->kind = PB_PGO_STREAM_COMMIT;
+        out->u.stream_commit.xid = get_u32(r);
+        get_u8(r); /* flags */
+        out->u.stream_commit.commit_lsn = get_u64(r);
+        out->u.stream_commit.end_lsn = get_u64(r);
+        out->u.stream_commit.commit_time = (int64_t)get_u64(r);
+        break;
+    default:
+        /* protocol 4 (parallel apply) appends the abort's LSN and time: not requested */
+        out->kind = PB_PGO_STREAM_ABORT;
+        out->u.stream_abort.xid = get_u32(r);
+        out->u.stream_abort.subxid = get_u32(r);
+        break;
+    }
+    if (r->bad)
+        return pb_fail(err, PB_FATAL, "pgoutput: truncated %s message", name);
+    if (type != 'E' && (type == 'S' ? out->u.stream_start.xid
+                        : type == 'c' ? out->u.stream_commit.xid
+                                      : out->u.stream_abort.xid) == 0)
+        return pb_fail(err, PB_FATAL, "pgoutput: %s message with xid 0", name);
+    if (type == 'A' && out->u.stream_abort.subxid == 0)
+        return pb_fail(err, PB_FATAL, "pgoutput: Stream Abort message with subtransaction xid 0");
+    dec->in_stream = type == 'S';
+    return PB_OK;
+}
+
 pb_status_t pb_pgo_decode(pb_pgo_decoder_t *dec, const char *buf, size_t len, pb_pgo_msg_t *out,
                           pb_error_t *err)
 {
@@ -223,20 +275,39 @@ pb_status_t pb_pgo_decode(pb_pgo_decoder_t *dec, const char *buf, size_t len, pb
     uint8_t type = get_u8(&r);
     if (r.bad)
         return pb_fail(err, PB_FATAL, "pgoutput: empty message");
+    out->xid = 0;
+    if (dec->in_stream && carries_stream_xid(type)) {
+        out->xid = get_u32(&r);
+        if (r.bad)
+            return pb_fail(err, PB_FATAL, "pgoutput: truncated '%c' message (no xid)", type);
+        if (out->xid == 0)
+            return pb_fail(err, PB_FATAL, "pgoutput: '%c' message in a stream block with xid 0",
+                           type);
+    }
     switch (type) {
     case 'B':
-        out->kind = PB_PGO_BEGIN;
-        out->u.begin.final_lsn = get_u64(&r);
-        out->u.begin.commit_time = (int64_t)get_u64(&r);
-        out->u.begin.xid = get_u32(&r);
-        break;
     case 'C':
-        out->kind = PB_PGO_COMMIT;
-        get_u8(&r); /* flags */
-        out->u.commit.commit_lsn = get_u64(&r);
-        out->u.commit.end_lsn = get_u64(&r);
-        out->u.commit.commit_time = (int64_t)get_u64(&r);
+        if (dec->in_stream)
+            return pb_fail(err, PB_FATAL, "pgoutput: %s inside a stream block",
+                           type == 'B' ? "Begin" : "Commit");
+        if (type == 'B') {
+            out->kind = PB_PGO_BEGIN;
+            out->u.begin.final_lsn = get_u64(&r);
+            out->u.begin.commit_time = (int64_t)get_u64(&r);
+            out->u.begin.xid = get_u32(&r);
+        } else {
+            out->kind = PB_PGO_COMMIT;
+            get_u8(&r); /* flags */
+            out->u.commit.commit_lsn = get_u64(&r);
+            out->u.commit.end_lsn = get_u64(&r);
+            out->u.commit.commit_time = (int64_t)get_u64(&r);
+        }
         break;
+    case 'S':
+    case 'E':
+    case 'c':
+    case 'A':
+        return decode_stream(dec, type, &r, out, err);
     case 'R':
         out->kind = PB_PGO_RELATION;
         return decode_relation(dec, &r, out, err);

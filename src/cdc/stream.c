@@ -17,6 +17,8 @@
 #define REPORT_MIN_GAP_MS 100
 /* How long a clean close waits for the server to end the copy (having read the last status). */
 #define CLOSE_WAIT_MS 2000
+/* pgoutput streams in-progress transactions (protocol 2, option streaming) from PostgreSQL 14 */
+#define STREAMING_MIN_SERVER_VERSION 140000
 
 bool pb_lsn_parse(const char *text, uint64_t *lsn)
 {
@@ -116,11 +118,16 @@ static pb_status_t start_command(pb_cdc_stream_t *s, char *sql, size_t size, pb_
     /* publication_names is a list of identifiers inside a string literal */
     if (st == PB_OK)
         st = pb_pg_quote_literal(s->conn, pub, "cdc.publication", &publit, err);
+    /* Protocol 2 with streaming (PostgreSQL 14+): a transaction larger than the server's
+     * logical_decoding_work_mem is sent while it runs, in blocks, instead of being spilled by
+     * the server and sent in one go after its commit; the capture keeps such blocks on disk
+     * until the commit (cdc/streamed.h). */
     if (st == PB_OK)
         st = pb_pg_sql_printf(sql, size, "start replication", err,
-                              "START_REPLICATION SLOT %s LOGICAL 0/0 (\"proto_version\" '1', "
-                              "\"publication_names\" %s, \"messages\" 'true')",
-                              slot, publit);
+                              "START_REPLICATION SLOT %s LOGICAL 0/0 (\"proto_version\" '%s', "
+                              "\"publication_names\" %s, \"messages\" 'true'%s)",
+                              slot, s->streams_in_progress ? "2" : "1", publit,
+                              s->streams_in_progress ? ", \"streaming\" 'on'" : "");
     PQfreemem(slot);
     PQfreemem(pub);
     PQfreemem(publit);
@@ -167,6 +174,8 @@ pb_status_t pb_cdc_stream_open(pb_cdc_stream_t *s, const pb_config_t *cfg, bool 
         pb_cdc_stream_close(s);
         return st;
     }
+    s->streams_in_progress = cfg->cdc_stream_in_progress &&
+                             PQserverVersion(s->conn) >= STREAMING_MIN_SERVER_VERSION;
     char sql[1024];
     if ((st = start_command(s, sql, sizeof sql, err)) != PB_OK) {
         pb_cdc_stream_close(s);
@@ -192,7 +201,9 @@ pb_status_t pb_cdc_stream_open(pb_cdc_stream_t *s, const pb_config_t *cfg, bool 
         return pb_fail(err, PB_TRANSIENT, "cannot make the replication connection non-blocking");
     }
     s->last_report_ms = pb_monotonic_ms();
-    log_info(FAC, "streaming slot \"%s\" (publication \"%s\")", cfg->cdc_slot, cfg->cdc_publication);
+    log_info(FAC, "streaming slot \"%s\" (publication \"%s\", pgoutput protocol %s)", cfg->cdc_slot,
+             cfg->cdc_publication,
+             s->streams_in_progress ? "2, large transactions streamed while in progress" : "1");
     return PB_OK;
 }
 

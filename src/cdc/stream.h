@@ -25,6 +25,7 @@ typedef struct pb_cdc_stream {
     int64_t last_report_ms;
     bool in_use_elsewhere;  /* open failed because another relay streams the slot */
     bool copying;           /* the server streams (START_REPLICATION answered, no end seen) */
+    bool streams_in_progress; /* protocol 2, streaming on: large transactions come in blocks */
 } pb_cdc_stream_t;
 
 /* With create (cdc.create_slot, and no position recorded for the slot: a missing slot must not

@@ -22,7 +22,16 @@
  * row is claimed only once the slot's confirmed position has passed the transaction that wrote
  * its event: a relay killed after publishing it cannot meet the event in the stream again and
  * set it aside twice. The table's work runs on a connection of its own (dconn), beside the marks
- * in flight on conn. */
+ * in flight on conn.
+ *
+ * Large transactions (PostgreSQL 14+, pgoutput protocol 2): the server streams a transaction
+ * past its logical_decoding_work_mem while it runs. Its events go to a spill file (cdc/streamed.h)
+ * instead of the batch; at its Stream Commit, which comes in commit order, fill reads them back
+ * into the batches before anything after it on the stream (replay), and only the batch holding
+ * its last event carries its end LSN. Re-reading the rows from postbox.outbox at the commit
+ * instead would cost no disk, but works only for marked rows: events of postbox.emit and rows
+ * of cdc.delete_after_insert exist only in the WAL. A crash loses the spill files (unlinked)
+ * and nothing else: the slot has not passed the transaction, so the server streams it again. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +41,9 @@
 #include "cdc/events.h"
 #include "cdc/pgoutput.h"
 #include "cdc/signature.h"
+#include "cdc/spill.h"
 #include "cdc/stream.h"
+#include "cdc/streamed.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/log_limit.h"
@@ -140,6 +151,16 @@ typedef struct cdc_capture {
     bool *behind;            /* per event of b: its aggregate has rows set aside */
     size_t cap_behind;
     uint64_t txn_commit_lsn; /* the commit LSN of the transaction being read (from its Begin) */
+    /* Large transactions streamed while in progress (protocol 2): their events wait on disk
+     * until their Stream Commit (cdc/streamed.h), and are then read back into the batches
+     * (replay) before anything later on the stream. last_commit_end passes such a transaction
+     * only once its last event is in a batch, so no LSN covering it is confirmed before the
+     * broker has acknowledged all of it. */
+    pb_streamed_t streamed;
+    pb_spill_t *replay;          /* the committed streamed transaction being read back */
+    uint64_t replay_commit_lsn;  /* its commit LSN and end LSN (Stream Commit) */
+    uint64_t replay_end_lsn;
+    uint32_t drain_xid;          /* the streamed transaction holding this relay's drain marker */
 } cdc_capture_t;
 
 static const pb_capture_ops_t cdc_ops;
@@ -186,6 +207,11 @@ static void close_stream(cdc_capture_t *r)
     r->have_map = false;
     r->in_txn = false;
     r->b_out = false;
+    /* the server streams every unconfirmed transaction again, from its first block */
+    pb_streamed_clear(&r->streamed);
+    pb_spill_free(r->replay);
+    r->replay = NULL;
+    r->drain_xid = 0;
     /* everything unconfirmed is sent again by the server */
     clear_buf(&r->bufs[0]);
     clear_buf(&r->bufs[1]);
@@ -314,12 +340,88 @@ static void reject_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_emit_verd
              (unsigned long long)r->n_rejected);
 }
 
+/* An event decoded from m: into the batch when its transaction has committed (m is not part of
+ * a stream block), else into the spill file of its streamed transaction. Takes e. */
+static pb_status_t take_event(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_cdc_event_t *e,
+                              pb_error_t *err)
+{
+    if (m->xid == 0) {
+        e->commit_lsn = r->txn_commit_lsn;
+        append(r, e);
+        return PB_OK;
+    }
+    pb_status_t st = pb_streamed_add(&r->streamed, m->xid, &e->ev, err);
+    pb_cdc_event_free(e);
+    return st;
+}
+
+/* Stream Commit: the transaction's events are read back from its spill file before anything
+ * after it on the stream (fill); one without events is done at once. */
+static pb_status_t on_stream_commit(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_error_t *err)
+{
+    PB_ASSERT(!r->replay);
+    uint32_t xid = m->u.stream_commit.xid;
+    pb_status_t st = pb_streamed_commit(&r->streamed, xid, &r->replay, err);
+    if (st != PB_OK)
+        return st;
+    if (r->drain_xid == xid) {
+        r->drain_marker_seen = true;
+        r->drain_xid = 0;
+    }
+    if (!r->replay) {
+        r->last_commit_end = m->u.stream_commit.end_lsn;
+        return PB_OK;
+    }
+    r->replay_commit_lsn = m->u.stream_commit.commit_lsn;
+    r->replay_end_lsn = m->u.stream_commit.end_lsn;
+    log_info(FAC, "streamed transaction %u committed: relaying its %llu event(s) from the spill "
+                  "file (%llu bytes)",
+             xid, (unsigned long long)pb_spill_count(r->replay),
+             (unsigned long long)pb_spill_bytes(r->replay));
+    return PB_OK;
+}
+
+/* The next event of the transaction being read back into the batch; at its end the transaction
+ * is done (its end LSN may be confirmed with the batch) and its file goes. */
+static pb_status_t replay_one(cdc_capture_t *r, pb_error_t *err)
+{
+    pb_cdc_event_t e;
+    bool got;
+    pb_status_t st = pb_spill_read(r->replay, &e, &got, err);
+    if (st != PB_OK)
+        return st;
+    if (got) {
+        e.commit_lsn = r->replay_commit_lsn;
+        append(r, &e);
+        return PB_OK;
+    }
+    pb_spill_free(r->replay);
+    r->replay = NULL;
+    r->last_commit_end = r->replay_end_lsn;
+    return PB_OK;
+}
+
 /* Feeds one decoded message into the batch. */
 static pb_status_t on_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_error_t *err)
 {
     pb_cdc_event_t e;
     pb_status_t st;
     switch (m->kind) {
+    case PB_PGO_STREAM_START:
+        return pb_streamed_start(&r->streamed, m->u.stream_start.xid,
+                                 m->u.stream_start.first_segment, err);
+    case PB_PGO_STREAM_STOP:
+        pb_streamed_stop(&r->streamed);
+        return PB_OK;
+    case PB_PGO_STREAM_COMMIT:
+        return on_stream_commit(r, m, err);
+    case PB_PGO_STREAM_ABORT:
+        if (m->u.stream_abort.subxid == m->u.stream_abort.xid && r->drain_xid == m->u.stream_abort.xid)
+            r->drain_xid = 0;
+        log_debug(FAC, "streamed transaction %u: %s aborted, its events dropped",
+                  m->u.stream_abort.xid,
+                  m->u.stream_abort.subxid == m->u.stream_abort.xid ? "all of it" : "a subtransaction");
+        return pb_streamed_abort(&r->streamed, m->u.stream_abort.xid, m->u.stream_abort.subxid, err);
     case PB_PGO_BEGIN:
         r->in_txn = true;
         r->txn_commit_lsn = m->u.begin.final_lsn;
@@ -343,15 +445,17 @@ static pb_status_t on_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_error_
             return PB_OK;
         if ((st = pb_cdc_event_from_insert(&r->map, m, &e, err)) != PB_OK)
             return st;
-        e.commit_lsn = r->txn_commit_lsn;
-        append(r, &e);
-        return PB_OK;
+        return take_event(r, m, &e, err);
     case PB_PGO_MESSAGE:
         if (strcmp(m->u.message.prefix, DRAIN_PREFIX) == 0) {
             /* only this relay's own marker: another one proves nothing about what it read */
             if (r->drain_marker_sent && m->u.message.len == strlen(r->drain_nonce) &&
-                memcmp(m->u.message.content, r->drain_nonce, m->u.message.len) == 0)
-                r->drain_marker_seen = true;
+                memcmp(m->u.message.content, r->drain_nonce, m->u.message.len) == 0) {
+                if (m->xid) /* seen once its streamed transaction commits */
+                    r->drain_xid = r->streamed.block_xid;
+                else
+                    r->drain_marker_seen = true;
+            }
             return PB_OK;
         }
         if (strcmp(m->u.message.prefix, r->base.cfg->cdc_message_prefix) != 0)
@@ -378,9 +482,7 @@ static pb_status_t on_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_error_
             log_warn(FAC, "skipping a malformed \"%s\" message: %s", m->u.message.prefix, err->msg);
             return PB_OK;
         }
-        e.commit_lsn = r->txn_commit_lsn;
-        append(r, &e);
-        return PB_OK;
+        return take_event(r, m, &e, err);
     default:
         return PB_OK;
     }
@@ -399,6 +501,13 @@ static pb_status_t fill(cdc_capture_t *r, int64_t wait_ms, bool ahead, pb_error_
     /* set by the first event: how long more may join its batch */
     int64_t window_end = ahead ? started : r->b->n > 0 ? started + FILL_WINDOW_MS : 0;
     while (r->b->n < limit && !*r->base.stop) {
+        /* a committed streamed transaction goes first, from disk: it is older than the rest */
+        if (r->replay) {
+            pb_status_t st = replay_one(r, err);
+            if (st != PB_OK)
+                return st;
+            continue;
+        }
         const char *data;
         size_t len;
         pb_status_t st = pb_cdc_stream_read(&r->stream, timeout, &data, &len, err);
@@ -419,7 +528,9 @@ static pb_status_t fill(cdc_capture_t *r, int64_t wait_ms, bool ahead, pb_error_
         if (pb_pgo_decode(&r->dec, data, len, &m, err) != PB_OK)
             return pb_fail(err, PB_TRANSIENT, "%s", err->msg);
         if ((st = on_message(r, &m, err)) != PB_OK)
-            return st;
+            return st == PB_FATAL && m.kind >= PB_PGO_STREAM_START && m.kind <= PB_PGO_STREAM_ABORT
+                       ? pb_fail(err, PB_TRANSIENT, "%s", err->msg) /* as a decoder error */
+                       : st;
         /* a short window lets a backlog arriving in bursts fill the batch: fewer broker round
          * trips for a few milliseconds of latency at most */
         int64_t now = pb_monotonic_ms();
@@ -587,7 +698,7 @@ static pb_status_t cdc_drained(pb_capture_t *cap, bool *done, pb_error_t *err)
     /* events set aside that are due are relayed first (those not due stay for later) */
     if (r->deferred_rows && pb_monotonic_ms() >= r->deferred_due_ms)
         return PB_OK;
-    if (r->drain_marker_seen && !r->in_txn && r->b->n == 0 && next_buf(r)->n == 0) {
+    if (r->drain_marker_seen && !r->in_txn && !r->replay && r->b->n == 0 && next_buf(r)->n == 0) {
         *done = true;
         return PB_OK;
     }
@@ -1014,7 +1125,7 @@ static pb_status_t cdc_next(pb_capture_t *cap, pb_capture_batch_t *out, pb_error
             return st;
         /* nothing pending and between transactions: let the server forget what it has sent,
          * or a quiet outbox on a busy database would hold WAL forever */
-        uint64_t safe = r->in_txn ? r->last_commit_end : r->stream.keepalive_end;
+        uint64_t safe = r->in_txn || r->replay ? r->last_commit_end : r->stream.keepalive_end;
         if (safe < r->last_commit_end)
             safe = r->last_commit_end;
         return confirm(r, safe, false, err);
@@ -1151,6 +1262,7 @@ static void cdc_free(pb_capture_t *cap)
         return;
     close_stream(r);
     drop_conn(r);
+    pb_streamed_free(&r->streamed);
     pb_pgo_decoder_free(&r->dec);
     for (int i = 0; i < 2; i++) {
         free(r->bufs[i].items);
@@ -1189,7 +1301,14 @@ static const pb_capture_ops_t cdc_ops = {
 pb_status_t pb_capture_cdc_new(const pb_config_t *cfg, volatile sig_atomic_t *stop,
                                pb_capture_t **out, pb_error_t *err)
 {
-    (void)err;
+    /* a spill directory that cannot take a file fails at start, not at the first large
+     * transaction (the file is unlinked: nothing is left) */
+    if (cfg->cdc_stream_in_progress) {
+        pb_spill_t *probe;
+        if (pb_spill_new(cfg->cdc_spill_dir, 0, &probe, err) != PB_OK)
+            return pb_fail(err, PB_FATAL, "%s", err->msg);
+        pb_spill_free(probe);
+    }
     cdc_capture_t *r = pb_malloc(sizeof *r);
     memset(r, 0, sizeof *r);
     r->base = (pb_capture_t){.ops = &cdc_ops, .cfg = cfg, .stop = stop};
@@ -1197,6 +1316,7 @@ pb_status_t pb_capture_cdc_new(const pb_config_t *cfg, volatile sig_atomic_t *st
     pb_slot_guard_init(&r->guard, cfg);
     r->deferred_due_ms = INT64_MAX;
     pb_pgo_decoder_init(&r->dec);
+    pb_streamed_init(&r->streamed, cfg->cdc_spill_dir);
     pb_log_limit_init(&r->nontxn_log, NONTXN_LOG_INTERVAL_MS);
     *out = &r->base;
     return PB_OK;

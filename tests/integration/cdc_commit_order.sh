@@ -8,21 +8,36 @@
 # (postbox.enqueue) and logical messages (postbox.emit). A committed transaction takes an
 # advisory lock last and records nextval() of a sequence in a side table: the lock is held until
 # the commit record is written, so that number is the commit order.
+#
+# With PB_CDC_PG_OPTS (cdc_commit_order_streamed.sh) on a PostgreSQL of the test's own started
+# with those options, and PB_CDC_PAD bytes of padding in every payload: there, with a small
+# logical_decoding_work_mem, transactions stream while in progress (pgoutput protocol 2), their
+# blocks interleave, and they must still arrive whole, in commit order; the server must have
+# streamed some (pg_stat_replication_slots.stream_txns).
 source "$(dirname "$0")/lib.sh"
 
 PRODUCERS=4 TXNS=80 BATCH=16
+PAD=${PB_CDC_PAD:-0}
+[[ -z ${PB_CDC_PG_OPTS:-} ]] || use_private_pg "$PB_CDC_PG_OPTS"
 pb_init
 use_least_privilege --set relay.capture=cdc # the relay: postbox_relay, REPLICATION
 setup_queue '#'
-cdc_use_slot
+if [[ -n ${PB_CDC_PG_OPTS:-} ]]; then
+    export POSTBOX_CDC_SLOT=pb_$PB_TEST # on our server, gone with it
+else
+    cdc_use_slot
+fi
 psql_q "CREATE SEQUENCE commit_seq;
         CREATE TABLE commits (p int, t int, n int, cseq bigint, PRIMARY KEY (p, t))"
 start_cdc_relay --set relay.batch_size=$BATCH --set log.level=debug
 
 # producer P: TXNS transactions; one event statement per line, so sessions interleave
 producer_sql() {
-    awk -v p="$1" -v T="$TXNS" 'BEGIN {
+    awk -v p="$1" -v T="$TXNS" -v padlen="$PAD" 'BEGIN {
         seq = 0
+        pad = ""
+        for (c = 0; c < padlen; c++) pad = pad "x"
+        if (padlen > 0) pad = ", \"pad\": \"" pad "\""
         for (t = 1; t <= T; t++) {
             n = (t % 7 == 3) ? 40 : 1 + (t * 7 + p * 3) % 5
             rb = (t % 5 == 2)            # rolled back
@@ -37,7 +52,7 @@ producer_sql() {
                 }
                 seq++
                 fn = (i % 2) ? "enqueue" : "emit"
-                body = sprintf("{\"p\": %d, \"t\": %d, \"i\": %d, \"n\": %d, \"seq\": %d%s}", p, t, i, n, seq, rb ? ", \"rb\": 1" : "")
+                body = sprintf("{\"p\": %d, \"t\": %d, \"i\": %d, \"n\": %d, \"seq\": %d%s%s}", p, t, i, n, seq, rb ? ", \"rb\": 1" : "", pad)
                 printf "SELECT postbox.%s('\''order'\'', '\''agg-%d-%d'\'', '\''created.v1'\'', '\''%s'\'');\n", fn, p, seq % 3, body
                 if (i % 3 == 0) print "SELECT pg_sleep(0.001);"
             }
@@ -116,3 +131,8 @@ missing=$(LC_ALL=C comm -23 "$PB_TMP/db_ids" "$PB_TMP/got_ids" | wc -l)
 rows=$(psql_q "SELECT count(*) FROM postbox.outbox_all")
 say "outbox rows (table events): $rows; emitted events: $((expected - rows))"
 check_cdc_marked
+if [[ -n ${PB_CDC_PG_OPTS:-} ]]; then
+    streamed=$(psql_q "SELECT coalesce(sum(stream_txns), 0) FROM pg_stat_replication_slots WHERE slot_name = '$POSTBOX_CDC_SLOT'")
+    say "transactions streamed while in progress: $streamed"
+    ((streamed > 0)) || fail "the server streamed no transaction: the test tested nothing"
+fi

@@ -1,5 +1,6 @@
 /* Unit tests for the pgoutput decoder and the cdc event builders, fed with hand-built
- * messages in the wire format (protocol version 1, text values). */
+ * messages in the wire format (protocol version 1, and 2 with streamed transactions; text
+ * values). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -357,6 +358,197 @@ static void times_of_an_event(void **state)
     pb_cdc_event_free(&e);
 }
 
+
+/* v1 (a message as outside a stream block) with xid inserted after its type byte, as inside one */
+static void with_stream_xid(wire_t *out, const wire_t *v1, uint32_t xid)
+{
+    out->n = 0;
+    w_u8(out, v1->b[0]);
+    w_u32(out, xid);
+    memcpy(out->b + out->n, v1->b + 1, v1->n - 1);
+    out->n += v1->n - 1;
+}
+
+/* Protocol 2 with streaming: the bracket messages of a streamed transaction, and the xid that
+ * the changes carry inside a stream block (and only there). */
+static void decodes_streamed_transactions(void **state)
+{
+    (void)state;
+    pb_pgo_decoder_t dec;
+    pb_pgo_decoder_init(&dec);
+    pb_error_t err;
+    pb_pgo_msg_t m;
+    wire_t w;
+    /* Stream Start: xid 700, first segment */
+    w.n = 0;
+    w_u8(&w, 'S');
+    w_u32(&w, 700);
+    w_u8(&w, 1);
+    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_OK);
+    assert_int_equal(m.kind, PB_PGO_STREAM_START);
+    assert_int_equal(m.u.stream_start.xid, 700);
+    assert_true(m.u.stream_start.first_segment);
+    assert_true(dec.in_stream);
+    /* a Relation inside the block: xid 700 after the type byte */
+    relation(&w, 16385, cols_v1, 13);
+    wire_t with_xid;
+    with_stream_xid(&with_xid, &w, 700);
+    assert_int_equal(pb_pgo_decode(&dec, (const char *)with_xid.b, with_xid.n, &m, &err), PB_OK);
+    assert_int_equal(m.kind, PB_PGO_RELATION);
+    assert_int_equal(m.xid, 700);
+    assert_int_equal(m.u.relation.relid, 16385);
+    /* an Insert of subtransaction 701 */
+    insert_v1(&w, 16385, "42", "agg-1");
+    with_stream_xid(&with_xid, &w, 701);
+    assert_int_equal(pb_pgo_decode(&dec, (const char *)with_xid.b, with_xid.n, &m, &err), PB_OK);
+    assert_int_equal(m.kind, PB_PGO_INSERT);
+    assert_int_equal(m.xid, 701);
+    assert_int_equal(m.u.insert.relid, 16385);
+    assert_int_equal(m.u.insert.cols[0].len, 2);
+    assert_memory_equal(m.u.insert.cols[0].data, "42", 2);
+    /* every truncation of it fails cleanly, the xid included */
+    for (size_t cut = 0; cut < with_xid.n; cut++)
+        assert_int_equal(pb_pgo_decode(&dec, (const char *)with_xid.b, cut, &m, &err), PB_FATAL);
+    assert_true(dec.in_stream); /* a bad change does not end the block */
+    /* a transactional Message inside the block */
+    w.n = 0;
+    w_u8(&w, 'M');
+    w_u32(&w, 700);
+    w_u8(&w, 1);
+    w_u64(&w, 0x1234);
+    w_str(&w, "postbox");
+    w_u32(&w, 2);
+    w_u8(&w, '{');
+    w_u8(&w, '}');
+    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_OK);
+    assert_int_equal(m.kind, PB_PGO_MESSAGE);
+    assert_int_equal(m.xid, 700);
+    assert_true(m.u.message.transactional);
+    assert_string_equal(m.u.message.prefix, "postbox");
+    assert_int_equal(m.u.message.len, 2);
+    /* Stream Stop */
+    w.n = 0;
+    w_u8(&w, 'E');
+    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_OK);
+    assert_int_equal(m.kind, PB_PGO_STREAM_STOP);
+    assert_false(dec.in_stream);
+    /* outside the block the same Insert has no xid: read as version 1 */
+    insert_v1(&w, 16385, "43", "agg-1");
+    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_OK);
+    assert_int_equal(m.xid, 0);
+    assert_memory_equal(m.u.insert.cols[0].data, "43", 2);
+    /* Stream Abort of subtransaction 701 */
+    w.n = 0;
+    w_u8(&w, 'A');
+    w_u32(&w, 700);
+    w_u32(&w, 701);
+    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_OK);
+    assert_int_equal(m.kind, PB_PGO_STREAM_ABORT);
+    assert_int_equal(m.u.stream_abort.xid, 700);
+    assert_int_equal(m.u.stream_abort.subxid, 701);
+    /* a later block: not the first segment */
+    w.n = 0;
+    w_u8(&w, 'S');
+    w_u32(&w, 700);
+    w_u8(&w, 0);
+    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_OK);
+    assert_false(m.u.stream_start.first_segment);
+    w.n = 0;
+    w_u8(&w, 'E');
+    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_OK);
+    /* Stream Commit */
+    w.n = 0;
+    w_u8(&w, 'c');
+    w_u32(&w, 700);
+    w_u8(&w, 0);
+    w_u64(&w, 0x100000010ULL);
+    w_u64(&w, 0x100000040ULL);
+    w_u64(&w, 777);
+    assert_int_equal(pb_pgo_decode(&dec, (const char *)w.b, w.n, &m, &err), PB_OK);
+    assert_int_equal(m.kind, PB_PGO_STREAM_COMMIT);
+    assert_int_equal(m.u.stream_commit.xid, 700);
+    assert_true(m.u.stream_commit.commit_lsn == 0x100000010ULL);
+    assert_true(m.u.stream_commit.end_lsn == 0x100000040ULL);
+    assert_true(m.u.stream_commit.commit_time == 777);
+    pb_pgo_decoder_free(&dec);
+}
+
+/* Decoding the first len bytes of w fails with an error containing text. */
+static void decode_fails(pb_pgo_decoder_t *dec, const wire_t *w, size_t len, const char *text)
+{
+    pb_pgo_msg_t m;
+    pb_error_t err;
+    assert_int_equal(pb_pgo_decode(dec, (const char *)w->b, len, &m, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, text));
+}
+
+/* Stream messages cut short, out of place or with a zero xid: a clear error naming them. */
+static void bad_stream_messages_are_errors(void **state)
+{
+    (void)state;
+    pb_pgo_decoder_t dec;
+    pb_pgo_decoder_init(&dec);
+    pb_error_t err;
+    pb_pgo_msg_t m;
+    wire_t start = {.n = 0}, stop = {.n = 0}, commit = {.n = 0}, abort_ = {.n = 0}, w;
+    w_u8(&start, 'S');
+    w_u32(&start, 900);
+    w_u8(&start, 1);
+    w_u8(&stop, 'E');
+    w_u8(&commit, 'c');
+    w_u32(&commit, 900);
+    w_u8(&commit, 0);
+    w_u64(&commit, 1);
+    w_u64(&commit, 2);
+    w_u64(&commit, 3);
+    w_u8(&abort_, 'A');
+    w_u32(&abort_, 900);
+    w_u32(&abort_, 900);
+    /* truncated (outside a block, where Start, Commit and Abort belong) */
+    for (size_t cut = 1; cut < start.n; cut++) {
+        decode_fails(&dec, &start, cut, "truncated Stream Start");
+        assert_false(dec.in_stream);
+    }
+    for (size_t cut = 1; cut < commit.n; cut++) {
+        decode_fails(&dec, &commit, cut, "truncated Stream Commit");
+    }
+    for (size_t cut = 1; cut < abort_.n; cut++) {
+        decode_fails(&dec, &abort_, cut, "truncated Stream Abort");
+    }
+    /* out of place */
+    decode_fails(&dec, &stop, stop.n, "Stream Stop outside a stream block");
+    assert_int_equal(pb_pgo_decode(&dec, (const char *)start.b, start.n, &m, &err), PB_OK);
+    decode_fails(&dec, &start, start.n, "Stream Start inside a stream block");
+    decode_fails(&dec, &commit, commit.n, "Stream Commit inside a stream block");
+    decode_fails(&dec, &abort_, abort_.n, "Stream Abort inside a stream block");
+    w.n = 0;
+    w_u8(&w, 'B');
+    w_u64(&w, 1);
+    w_u64(&w, 2);
+    w_u32(&w, 3);
+    decode_fails(&dec, &w, w.n, "Begin inside a stream block");
+    /* a change in a block with xid 0, or too short to hold its xid */
+    w.n = 0;
+    w_u8(&w, 'I');
+    w_u32(&w, 0);
+    decode_fails(&dec, &w, w.n, "xid 0");
+    decode_fails(&dec, &w, 3, "no xid");
+    assert_int_equal(pb_pgo_decode(&dec, (const char *)stop.b, stop.n, &m, &err), PB_OK);
+    /* zero xids in the bracket messages */
+    w.n = 0;
+    w_u8(&w, 'A');
+    w_u32(&w, 900);
+    w_u32(&w, 0);
+    decode_fails(&dec, &w, w.n, "subtransaction xid 0");
+    w.n = 0;
+    w_u8(&w, 'S');
+    w_u32(&w, 0);
+    w_u8(&w, 1);
+    decode_fails(&dec, &w, w.n, "Stream Start message with xid 0");
+    assert_false(dec.in_stream);
+    pb_pgo_decoder_free(&dec);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -366,6 +558,8 @@ int main(void)
         cmocka_unit_test(bad_input_is_an_error),
         cmocka_unit_test(parses_timestamps),
         cmocka_unit_test(times_of_an_event),
+        cmocka_unit_test(decodes_streamed_transactions),
+        cmocka_unit_test(bad_stream_messages_are_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
