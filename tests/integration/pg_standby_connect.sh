@@ -5,7 +5,7 @@
 # configure, publish and handle nothing, and keep waiting. Once the standby is promoted they
 # start by themselves, and the events written on the old primary (replicated before it died)
 # are published and handled once each. `postbox init` against the standby is refused with the
-# same message.
+# same message, and `postbox check` fails postgres.primary.
 source "$(dirname "$0")/lib.sh"
 
 for _v in $(compgen -v POSTBOX_CONSUME_ || true); do unset "$_v"; done
@@ -27,11 +27,17 @@ grep -q 'is a standby (read-only, in recovery).*target_session_attrs=read-write'
     fail "postbox init against a standby did not say what to configure: $out"
 say "init against the standby: $(cut -c1-200 <<<"$out")"
 
+rc=0
+out=$("$POSTBOX_BIN" --dsn "$STANDBY_DSN" check 2>&1) || rc=$?
+((rc == 1)) || fail "postbox check against a standby exited $rc: $out"
+grep -q 'postgres.primary.*is a standby' <<<"$out" || fail "postbox check did not say the server is a standby: $out"
+say "check against the standby: $(grep -m1 'postgres.primary' <<<"$out" | cut -c1-160)"
+
 export POSTBOX_AMQP_QUEUE=$PB_QUEUE POSTBOX_CONSUME_CONSUMER=standby
 export POSTBOX_CONSUME_HANDLER="INSERT INTO effect (agg, seq, n)
     VALUES (\$2::jsonb->>'aggregate_id', (\$1::jsonb->>'seq')::int, 1)
     ON CONFLICT (agg, seq) DO UPDATE SET n = effect.n + 1"
-standby_said='is a standby (read-only, in recovery).*target_session_attrs=read-write'
+standby_said='is a standby (read-only, in recovery), and postbox needs the primary: .*target_session_attrs=read-write'
 start_relay --dsn "$STANDBY_DSN" --set relay.reconnect_cap=1s
 start_consumer --dsn "$STANDBY_DSN" --set consume.reconnect_cap=1s
 wait_until 'grep -q "$standby_said" "$PB_RELAY_LOG" || ! pid_alive $RELAY_PID' 30 ||
