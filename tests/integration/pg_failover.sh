@@ -52,7 +52,7 @@ produce() {
         if ((rc == 0)); then
             t=$k
         elif grep -q '^connected' "$out"; then
-            k=$(grep '^committed' "$out" | tail -n 1 | cut -d' ' -f2)
+            k=$(awk '/^committed/ { k = $2 } END { print k }' "$out") # none when t was cut off
             k=$((${k:-$((t - 1))} + 1))
             echo "$k" >>"$UNKNOWN"
             t=$((k + 1))
@@ -89,7 +89,7 @@ wait_until 'grep -q "relaying from postgresql 127.0.0.1:$PG_REPLICA_PORT/" "$PB_
 pid_alive "$RELAY_PID" || fail "the relay exited after the failover"
 say "relay relaying from the new primary $((($(date +%s%N) - t_kill) / 1000000)) ms after the primary died"
 wait_until 'grep -q "writing its inbox in postgresql 127.0.0.1:$PG_REPLICA_PORT/" "$CONSUMER_LOG" || ! pid_alive $CONSUMER_PID' 60 ||
-    fail "the consumer did not reconnect to the new primary within 60 s: $(tail -n 5 "$CONSUMER_LOG")"
+    fail "the consumer did not reconnect to the new primary within 60 s (the producer $(pid_alive $PRODUCER && echo runs || echo ended), $(committed_count) transactions committed): $(tail -n 5 "$CONSUMER_LOG")"
 pid_alive "$CONSUMER_PID" || fail "the consumer exited after the failover: $(tail -n 5 "$CONSUMER_LOG")"
 say "consumer writing to the new primary $((($(date +%s%N) - t_kill) / 1000000)) ms after the primary died"
 
@@ -133,13 +133,19 @@ say "events: $total in the outbox, $handled handled, $lost committed but not han
 ((handled == total)) || fail "$handled events handled, $total in the outbox"
 ((extra >= 0 && extra <= n_unknown * N_AGG)) || fail "$extra events beyond the committed transactions' ($n_unknown unknown outcomes)"
 
-# how long the failover held things up: the longest gap between two publications and between two
-# handled events (both stamped by the server, one clock)
-pub_gap=$(psql_q "SELECT coalesce(round(extract(epoch FROM max(g)) * 1000), 0) FROM
-                   (SELECT published_at - lag(published_at) OVER (ORDER BY published_at) g FROM postbox.outbox_published) s")
-handle_gap=$(psql_q "SELECT coalesce(round(extract(epoch FROM max(g)) * 1000), 0) FROM
-                   (SELECT handled_at - lag(handled_at) OVER (ORDER BY handled_at) g FROM effect) s")
+# how long the failover held things up: the longest gap between two publications, between two
+# handled events and between two events written (the producer's own stall, which nothing after it
+# can beat), each with where it began relative to the primary's death (one clock: same host)
+kill_ms=$((t_kill / 1000000))
+longest_gap() { # TABLE COLUMN: "<gap ms> <its start, ms after the kill>"
+    psql_q "SELECT round(extract(epoch FROM g) * 1000), round(extract(epoch FROM prev) * 1000) - $kill_ms
+              FROM (SELECT $2 - lag($2) OVER (ORDER BY $2) AS g, lag($2) OVER (ORDER BY $2) AS prev FROM $1) s
+             WHERE g IS NOT NULL ORDER BY g DESC LIMIT 1" | tr '|' ' '
+}
+read -r pub_gap pub_at <<<"$(longest_gap postbox.outbox_published published_at)"
+read -r handle_gap handle_at <<<"$(longest_gap effect handled_at)"
+read -r write_gap write_at <<<"$(longest_gap postbox.outbox_all created_at)"
 dups=$(grep -o 'totals: processed [0-9]*, duplicates [0-9]*' "$CONSUMER_LOG" | tail -n 1 | sed 's/.*duplicates //')
-say "publishing stalled at most $pub_gap ms, handling $handle_gap ms; duplicates the inbox absorbed: ${dups:-?}"
+say "publishing stalled at most $pub_gap ms (from $pub_at ms after the kill), handling $handle_gap ms (from $handle_at ms), writing $write_gap ms (from $write_at ms); duplicates the inbox absorbed: ${dups:-?}"
 grep -E 'waiting for postgresql|connected to postgresql|relaying from|writing its inbox' "$PB_RELAY_LOG" "$CONSUMER_LOG" |
     sed "s|$PB_TMP/||; s/^/  log: /" | cut -c1-220 | head -16
