@@ -64,6 +64,20 @@ void pb_judge_version(pb_check_report_t *r, int version, const char *version_tex
                  version_text ? version_text : "(unknown version)");
 }
 
+void pb_judge_primary(pb_check_report_t *r, bool in_hot_standby)
+{
+    if (!in_hot_standby) {
+        pb_check_add(r, PB_CHECK_OK, "postgres.primary", "the server accepts writes (a primary)");
+        return;
+    }
+    pb_check_finding_t *f =
+        pb_check_add(r, PB_CHECK_FAIL, "postgres.primary",
+                     "the server is a standby (read-only, in recovery): the relay and the "
+                     "consumer wait until it is promoted, publishing and handling nothing");
+    pb_check_hint(f, "list every node in postgres.dsn with target_session_attrs=read-write, so "
+                     "that libpq connects to the primary wherever it is");
+}
+
 void pb_judge_clock(pb_check_report_t *r, int64_t skew_us, int64_t uncertainty_us, int64_t max_ms)
 {
     int64_t abs_us = skew_us < 0 ? -skew_us : skew_us;

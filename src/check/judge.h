@@ -12,6 +12,10 @@
 /* PostgreSQL's version (PQserverVersion, server_version): FAIL below what postbox runs on. */
 void pb_judge_version(pb_check_report_t *r, int version, const char *version_text);
 
+/* Whether the server accepts writes (PQparameterStatus in_hot_standby): a standby FAILs, since
+ * the relay and the consumer wait on it until it is promoted. */
+void pb_judge_primary(pb_check_report_t *r, bool in_hot_standby);
+
 /* Clock skew: PostgreSQL's clock minus this host's (skew_us), measured within +-uncertainty_us
  * (half the round trip); FAIL when it surely exceeds max_ms (0: not judged). */
 void pb_judge_clock(pb_check_report_t *r, int64_t skew_us, int64_t uncertainty_us, int64_t max_ms);

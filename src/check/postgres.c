@@ -1,5 +1,7 @@
-/* The server itself: its version, and how far its clock is from this host's. */
+/* The server itself: its version, whether it is the primary, and how far its clock is from
+ * this host's. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "check/check_int.h"
 #include "check/judge.h"
@@ -9,6 +11,8 @@ void pb_check_postgres(pb_check_ctx_t *ctx)
 {
     pb_judge_version(ctx->r, PQserverVersion(ctx->conn),
                      PQparameterStatus(ctx->conn, "server_version"));
+    const char *standby = PQparameterStatus(ctx->conn, "in_hot_standby"); /* PostgreSQL 14 */
+    pb_judge_primary(ctx->r, standby && strcmp(standby, "on") == 0);
 
     /* the server's clock read once, between two readings of ours */
     int64_t before = pb_wall_us();

@@ -76,7 +76,7 @@ int pb_cmd_cdc(pb_cli_t *cli)
     }
     pb_error_t err;
     PGconn *conn;
-    if (pb_pg_connect(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {
+    if (pb_pg_connect_primary(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {
         log_error(FAC, "cannot connect to postgresql: %s", err.msg);
         return PB_EXIT_FAILURE;
     }

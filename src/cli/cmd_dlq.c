@@ -354,7 +354,10 @@ int pb_cmd_dlq(pb_cli_t *cli)
 
     PGconn *conn;
     pb_error_t err;
-    if (pb_pg_connect(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {
+    /* list and show read, and a standby serves them */
+    pb_status_t st = changes ? pb_pg_connect_primary(cli->cfg.postgres_dsn, &conn, &err)
+                             : pb_pg_connect(cli->cfg.postgres_dsn, &conn, &err);
+    if (st != PB_OK) {
         fprintf(stderr, "postbox dlq: cannot connect to postgresql: %s\n", err.msg);
         rc = PB_EXIT_FAILURE;
         goto out;

@@ -110,7 +110,7 @@ static int mark_applied(const pb_cli_t *cli, int version)
         return PB_EXIT_USAGE;
     }
     PGconn *conn;
-    if (pb_pg_connect(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {
+    if (pb_pg_connect_primary(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {
         log_error("init", "cannot connect to postgresql: %s", err.msg);
         return PB_EXIT_FAILURE;
     }
@@ -146,7 +146,7 @@ int pb_cmd_init(pb_cli_t *cli)
         return mark_applied(cli, (int)a.mark_applied);
     pb_error_t err;
     PGconn *conn;
-    if (pb_pg_connect(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {
+    if (pb_pg_connect_primary(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {
         log_error("init", "cannot connect to postgresql: %s", err.msg);
         return PB_EXIT_FAILURE;
     }

@@ -94,7 +94,7 @@ int pb_cmd_purge(pb_cli_t *cli)
     }
     PGconn *conn;
     pb_error_t err;
-    if (pb_pg_connect(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {
+    if (pb_pg_connect_primary(cli->cfg.postgres_dsn, &conn, &err) != PB_OK) {
         fprintf(stderr, "postbox purge: cannot connect to postgresql: %s\n", err.msg);
         return PB_EXIT_FAILURE;
     }

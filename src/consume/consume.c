@@ -45,7 +45,7 @@ static pb_status_t pg_connect(void *ctx, int n_lanes, pb_error_t *err)
     pg_inbox_t *p = ctx;
     p->n_lanes = n_lanes;
     for (int l = 0; l < n_lanes; l++) {
-        pb_status_t st = pb_pg_connect(p->cfg->postgres_dsn, &p->conn[l], err);
+        pb_status_t st = pb_pg_connect_primary(p->cfg->postgres_dsn, &p->conn[l], err);
         if (st == PB_OK && (st = pb_inbox_init(&p->ib[l], p->conn[l], p->cfg, err)) != PB_OK) {
             PQfinish(p->conn[l]);
             p->conn[l] = NULL;

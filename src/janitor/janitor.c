@@ -67,7 +67,7 @@ static bool ensure_conn(pb_janitor_t *jan)
     if (jan->conn)
         drop_conn(jan);
     pb_error_t err;
-    if (pb_pg_connect(jan->opts.dsn, &jan->conn, &err) != PB_OK) {
+    if (pb_pg_connect_primary(jan->opts.dsn, &jan->conn, &err) != PB_OK) {
         if (!jan->warned)
             log_warn(FAC, "cannot connect to postgresql (retrying every %d s): %s",
                      RECONNECT_MS / 1000, err.msg);

@@ -1050,9 +1050,8 @@ static pb_status_t check_slot(cdc_capture_t *r, bool streaming, pb_error_t *err)
     return st;
 }
 
-static pb_status_t cdc_connect(pb_capture_t *cap, pb_error_t *err)
+static pb_status_t connect_and_stream(cdc_capture_t *r, pb_error_t *err)
 {
-    cdc_capture_t *r = (cdc_capture_t *)cap;
     pb_status_t st;
     if (!r->conn && (st = connect_conn(r, err)) != PB_OK)
         return st;
@@ -1069,6 +1068,19 @@ static pb_status_t cdc_connect(pb_capture_t *cap, pb_error_t *err)
     }
     if ((st = check_slot(r, true, err)) != PB_OK)
         close_stream(r);
+    return st;
+}
+
+static pb_status_t cdc_connect(pb_capture_t *cap, pb_error_t *err)
+{
+    cdc_capture_t *r = (cdc_capture_t *)cap;
+    pb_status_t st = connect_and_stream(r, err);
+    /* The connections outlive a lost stream; when the server went away (a crash, a failover)
+     * the slot check finds them dead. Let go of them, so the next attempt connects again, with
+     * backoff, to whichever server the DSN leads to now, instead of failing on them forever. */
+    if (st == PB_TRANSIENT && r->conn &&
+        (PQstatus(r->conn) != CONNECTION_OK || PQstatus(r->dconn) != CONNECTION_OK))
+        drop_conn(r);
     return st;
 }
 

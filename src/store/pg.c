@@ -128,6 +128,27 @@ pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err)
     return st;
 }
 
+pb_status_t pb_pg_connect_primary(const char *dsn, PGconn **out, pb_error_t *err)
+{
+    pb_status_t st = pb_pg_connect(dsn, out, err);
+    if (st != PB_OK)
+        return st;
+    const char *standby = PQparameterStatus(*out, "in_hot_standby");
+    if (!standby || strcmp(standby, "on") != 0)
+        return PB_OK;
+    /* transient: a standby may be promoted (a failover in progress), and then it is the one */
+    char where[256];
+    pb_pg_describe(*out, where, sizeof where);
+    PQfinish(*out);
+    *out = NULL;
+    return pb_fail(err, PB_TRANSIENT,
+                   "postgresql %s is a standby (read-only, in recovery), and postbox needs the "
+                   "primary: list every node in postgres.dsn with "
+                   "target_session_attrs=read-write (the relay and the consumer retry until a "
+                   "primary answers)",
+                   where);
+}
+
 typedef struct dsn_arg {
     const char *dsn;
     PGconn **out;
@@ -136,7 +157,7 @@ typedef struct dsn_arg {
 static pb_status_t connect_once(void *arg, pb_error_t *err)
 {
     dsn_arg_t *a = arg;
-    return pb_pg_connect(a->dsn, a->out, err);
+    return pb_pg_connect_primary(a->dsn, a->out, err);
 }
 
 pb_status_t pb_pg_connect_retry(const char *dsn, int64_t cap_ms, volatile sig_atomic_t *stop,

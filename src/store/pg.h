@@ -22,6 +22,13 @@ pb_status_t pb_pg_dsn_check(const char *dsn, pb_error_t *err) PB_MUSTCHECK;
  * Routes server notices into our log. */
 pb_status_t pb_pg_connect(const char *dsn, PGconn **out, pb_error_t *err) PB_MUSTCHECK;
 
+/* pb_pg_connect to a server that accepts writes: a hot standby (in_hot_standby, which
+ * PostgreSQL 14 reports) is refused with PB_TRANSIENT and a message saying what to configure,
+ * so a caller that retries waits for the node to be promoted instead of failing on its first
+ * write ("cannot execute LISTEN during recovery"). For the relay, the consumer, the janitor and
+ * the commands that change the schema or its rows; `postbox status` reads a standby fine. */
+pb_status_t pb_pg_connect_primary(const char *dsn, PGconn **out, pb_error_t *err) PB_MUSTCHECK;
+
 /* pb_pg_connect without the version floor, for `postbox check`, which reports an old server as
  * such (pb_pg_version_check). */
 pb_status_t pb_pg_open(const char *dsn, PGconn **out, pb_error_t *err) PB_MUSTCHECK;
@@ -31,7 +38,7 @@ pb_status_t pb_pg_open(const char *dsn, PGconn **out, pb_error_t *err) PB_MUSTCH
 pb_status_t pb_pg_version_check(int version, const char *version_text,
                                 pb_error_t *err) PB_MUSTCHECK;
 
-/* Connects, retrying transient failures with exponential backoff (capped at cap_ms) and logging
+/* Connects to a primary (pb_pg_connect_primary), retrying transient failures with exponential backoff (capped at cap_ms) and logging
  * what it waits for, until it succeeds, a fatal error occurs, or *stop becomes non-zero
  * (then PB_TRANSIENT with "interrupted"). */
 pb_status_t pb_pg_connect_retry(const char *dsn, int64_t cap_ms, volatile sig_atomic_t *stop,

@@ -522,3 +522,77 @@ inbox_count() { psql_q "SELECT count(*) FROM postbox.inbox"; }
 publish() { # ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT]: one message to the test's exchange
     amqp_tool publish "$POSTBOX_AMQP_URL" "$POSTBOX_AMQP_EXCHANGE" "$@" >/dev/null || fail "amqp-tool publish $* failed"
 }
+
+# ---- a primary and its streaming replica, for failover tests -----------------------------------
+# use_pg_pair [POSTGRES_OPTIONS]: a PostgreSQL primary of this test's own and a streaming replica
+# of it (pg_basebackup -R), both on 127.0.0.1 on free ports, run as the postgres user from
+# Debian's binaries, data under a directory of their own; replication is synchronous
+# (synchronous_standby_names names the replica, synchronous_commit = on), so a COMMIT that
+# succeeded on the primary is on the replica too when the primary dies. Sets PG_PAIR_DIR,
+# PG_PRIMARY_PORT, PG_REPLICA_PORT, PG_PRIMARY_DATA, PG_REPLICA_DATA; the test's database is
+# created on the primary and POSTBOX_PG_DSN names it on both hosts with
+# target_session_attrs=read-write (PB_ADMIN_DSN likewise, database postgres). Both servers are
+# stopped (immediate: their data goes anyway) and removed at exit.
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+_pg_as() { runuser -u postgres -- "$@" </dev/null; }
+_pg_stop_dir() { # DATA: immediate stop of the server running there, if any
+    [[ -f $1/postmaster.pid ]] || return 0
+    _pg_as "$PG_BIN/pg_ctl" -D "$1" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
+}
+_pg_pair_cleanup() {
+    _pg_stop_dir "$PG_PAIR_DIR/replica"
+    _pg_stop_dir "$PG_PAIR_DIR/primary"
+    rm -rf "$PG_PAIR_DIR"
+}
+# pg_pair_start DATA PORT [OPTIONS]: starts the server of DATA on PORT (waits until it is ready)
+pg_pair_start() {
+    local data=$1 port=$2 opts
+    opts="-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$PG_PAIR_DIR"
+    opts+=" -c wal_level=logical -c max_replication_slots=10 -c max_wal_senders=10 -c max_connections=100"
+    opts+=" -c synchronous_commit=on -c wal_sender_timeout=10s"
+    opts+=" ${3:-}"
+    _pg_as "$PG_BIN/pg_ctl" -D "$data" -l "$data.log" -w -t 60 start -o "$opts" >>"$PG_PAIR_DIR/pg_ctl.log" 2>&1 ||
+        { tail -n 20 "$data.log" >&2; fail "PostgreSQL in $data did not start on port $port"; }
+}
+use_pg_pair() {
+    local extra=${1:-} state
+    PG_PAIR_DIR=/tmp/pb-$PB_TEST-pair.$$ # not under PB_TMP: the postgres user cannot enter it
+    PG_PRIMARY_DATA=$PG_PAIR_DIR/primary PG_REPLICA_DATA=$PG_PAIR_DIR/replica
+    on_exit _pg_pair_cleanup
+    rm -rf "$PG_PAIR_DIR"
+    mkdir -p "$PG_PAIR_DIR"
+    chown postgres:postgres "$PG_PAIR_DIR"
+    _pg_as "$PG_BIN/initdb" -D "$PG_PRIMARY_DATA" -U postgres --auth=trust -E UTF8 --no-locale \
+        >"$PG_PAIR_DIR/initdb.log" 2>&1 || fail "initdb failed: $(tail -n 3 "$PG_PAIR_DIR/initdb.log")"
+    PG_PRIMARY_PORT=$(free_port)
+    # only the primary waits for the replica: once promoted, the replica has no standby to wait for
+    pg_pair_start "$PG_PRIMARY_DATA" "$PG_PRIMARY_PORT" "-c synchronous_standby_names=replica $extra"
+    # -R: standby.signal and primary_conninfo; cluster_name is the walreceiver's application_name,
+    # the name synchronous_standby_names waits for
+    _pg_as "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "$PG_PRIMARY_PORT" -U postgres -D "$PG_REPLICA_DATA" \
+        -R -X stream -c fast >"$PG_PAIR_DIR/basebackup.log" 2>&1 ||
+        fail "pg_basebackup failed: $(tail -n 3 "$PG_PAIR_DIR/basebackup.log")"
+    PG_REPLICA_PORT=$(free_port)
+    while [[ $PG_REPLICA_PORT == "$PG_PRIMARY_PORT" ]]; do PG_REPLICA_PORT=$(free_port); done
+    pg_pair_start "$PG_REPLICA_DATA" "$PG_REPLICA_PORT" "-c cluster_name=replica $extra"
+    wait_until '[[ $(psql -XAtq -h 127.0.0.1 -p "$PG_PRIMARY_PORT" -U postgres -d postgres \
+        -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = '"'replica'"'") == sync ]]' 30 ||
+        fail "the replica did not become a synchronous standby"
+    psql -XAtq -h 127.0.0.1 -p "$PG_PRIMARY_PORT" -U postgres -d postgres -c "CREATE DATABASE $PB_DB" >/dev/null ||
+        fail "cannot create database $PB_DB on the primary"
+    local hosts="127.0.0.1:$PG_PRIMARY_PORT,127.0.0.1:$PG_REPLICA_PORT"
+    PB_ADMIN_DSN="postgresql://postgres@$hosts/postgres?target_session_attrs=read-write"
+    export POSTBOX_PG_DSN="postgresql://postgres@$hosts/$PB_DB?target_session_attrs=read-write"
+    say "own primary on port $PG_PRIMARY_PORT, synchronous streaming replica on port $PG_REPLICA_PORT"
+}
+# pg_pair_kill_primary: stops the primary the hard way (pg_ctl stop -m immediate: no shutdown
+# checkpoint, every backend gone at once, like a crash)
+pg_pair_kill_primary() {
+    _pg_as "$PG_BIN/pg_ctl" -D "$PG_PRIMARY_DATA" -m immediate -w -t 30 stop >>"$PG_PAIR_DIR/pg_ctl.log" 2>&1 ||
+        fail "pg_ctl stop -m immediate of the primary failed"
+}
+# pg_pair_promote: promotes the replica (waits until it accepts writes)
+pg_pair_promote() {
+    _pg_as "$PG_BIN/pg_ctl" -D "$PG_REPLICA_DATA" -w -t 60 promote >>"$PG_PAIR_DIR/pg_ctl.log" 2>&1 ||
+        fail "pg_ctl promote of the replica failed"
+}

@@ -63,6 +63,18 @@ static void version(void **state)
     pb_check_report_free(&r);
 }
 
+static void primary(void **state)
+{
+    (void)state;
+    pb_check_report_t r = {0};
+    pb_judge_primary(&r, true);
+    expect(only(&r, "postgres.primary"), PB_CHECK_FAIL, "is a standby");
+    pb_check_report_free(&r);
+    pb_judge_primary(&r, false);
+    expect(only(&r, "postgres.primary"), PB_CHECK_OK, "a primary");
+    pb_check_report_free(&r);
+}
+
 static void clock_skew(void **state)
 {
     (void)state;
@@ -349,6 +361,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(version),
+        cmocka_unit_test(primary),
         cmocka_unit_test(clock_skew),
         cmocka_unit_test(schema_version),
         cmocka_unit_test(wal_settings),

@@ -56,6 +56,8 @@ static void host_lists(void **state)
     assert_string_equal(remote_of("host=127.evil.example dbname=x", NULL), "127.evil.example");
     assert_string_equal(remote_of("host=/run/pg,db2.example dbname=x", NULL), "db2.example");
     assert_string_equal(remote_of("postgresql://u@127.0.0.1:5432,[::1]:5433/x", NULL), "");
+    assert_string_equal(remote_of("postgresql://u@127.0.0.1:5432,db2.example:5433/x?"
+                                  "target_session_attrs=read-write", NULL), "db2.example");
     /* an entry's hostaddr is where libpq connects: host only names the certificate */
     assert_string_equal(remote_of("host=db.example hostaddr=127.0.0.1", NULL), "");
     assert_string_equal(remote_of("host=localhost hostaddr=192.0.2.1", NULL), "192.0.2.1");
