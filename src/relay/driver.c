@@ -562,7 +562,7 @@ static pb_status_t step(driver_t *d, bool *idle, pb_error_t *err)
         pb_sink_batch_t sb = {.events = b.events, .results = d->results, .n = b.n};
         pb_error_t sink_err;
         PB_ASSERT(d->sink_up); /* the loop and prepare_retry connect it first */
-        pb_publish_span_begin(&d->span, b.events, d->results, b.n);
+        pb_publish_span_begin(&d->span, d->results, b.n);
         pb_status_t sst = d->snk->ops->send(d->snk, &sb, &sink_err);
         /* the capture's database work, the report of the batch before and the span export run
          * while the broker acknowledges the batch */

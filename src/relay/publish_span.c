@@ -32,10 +32,8 @@ void pb_publish_span_init(pb_publish_span_t *ps, const pb_config_t *cfg, const c
         snprintf(ps->name, sizeof ps->name, "publish");
 }
 
-void pb_publish_span_begin(pb_publish_span_t *ps, const pb_event_t *events,
-                           const pb_result_t *results, size_t n)
+void pb_publish_span_begin(pb_publish_span_t *ps, const pb_result_t *results, size_t n)
 {
-    (void)events;
     if (!ps->otlp)
         return;
     if (n > ps->cap) {

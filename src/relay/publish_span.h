@@ -35,8 +35,7 @@ void pb_publish_span_init(pb_publish_span_t *ps, const pb_config_t *cfg, const c
 
 /* Just before the send: notes the events the sink is to publish (their result UNTRIED) and the
  * time. */
-void pb_publish_span_begin(pb_publish_span_t *ps, const pb_event_t *events,
-                           const pb_result_t *results, size_t n);
+void pb_publish_span_begin(pb_publish_span_t *ps, const pb_result_t *results, size_t n);
 
 /* Once the send and its confirms are over (results decided): queues the span of the events
  * noted by begin, linked to their producers' contexts. The events must still be prepared
