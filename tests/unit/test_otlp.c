@@ -99,24 +99,20 @@ static void tracestate_checked(void **state)
     assert_false(pb_tracestate_valid(big, PB_TRACESTATE_MAX + 1));
 }
 
-static const char *attr_string(json_t *attrs, const char *key)
+/* The value of kind ("stringValue", "intValue": an int64 is a string in JSON) of attribute key. */
+static const char *attr_of(json_t *attrs, const char *key, const char *kind)
 {
     size_t i;
     json_t *a;
     json_array_foreach(attrs, i, a)
         if (strcmp(json_string_value(json_object_get(a, "key")), key) == 0)
-            return json_string_value(json_object_get(json_object_get(a, "value"), "stringValue"));
+            return json_string_value(json_object_get(json_object_get(a, "value"), kind));
     return NULL;
 }
 
-static const char *attr_int(json_t *attrs, const char *key)
+static const char *attr_string(json_t *attrs, const char *key)
 {
-    size_t i;
-    json_t *a;
-    json_array_foreach(attrs, i, a)
-        if (strcmp(json_string_value(json_object_get(a, "key")), key) == 0)
-            return json_string_value(json_object_get(json_object_get(a, "value"), "intValue"));
-    return NULL;
+    return attr_of(attrs, key, "stringValue");
 }
 
 static void span_json_shape(void **state)
@@ -155,7 +151,7 @@ static void span_json_shape(void **state)
     assert_string_equal(attr_string(attrs, "messaging.system"), "rabbitmq");
     assert_string_equal(attr_string(attrs, "messaging.operation"), "publish");
     assert_string_equal(attr_string(attrs, "messaging.destination.name"), "postbox.events");
-    assert_string_equal(attr_int(attrs, "messaging.batch.message_count"), "3");
+    assert_string_equal(attr_of(attrs, "messaging.batch.message_count", "intValue"), "3");
     json_t *l = json_object_get(s, "links");
     assert_int_equal(json_array_size(l), 2);
     json_t *l0 = json_array_get(l, 0);
