@@ -13,6 +13,7 @@
 #include "common/redact.h"
 #include "common/route.h"
 #include "common/str.h"
+#include "otlp/exporter.h"
 #include "relay/mask.h"
 #include "relay/shadow_rules.h"
 #include "sink/cloudevents.h"
@@ -488,6 +489,8 @@ pb_status_t pb_config_validate(const pb_config_t *cfg, pb_error_t *err)
     if (pb_shadow_rules_check(cfg->relay_shadow, err) != PB_OK)
         return PB_FATAL;
     if (pb_ce_check_source(cfg->relay_cloudevents_source, err) != PB_OK)
+        return PB_FATAL;
+    if (pb_otlp_check_endpoint(cfg->relay_otlp_endpoint, err) != PB_OK)
         return PB_FATAL;
     if (cfg->relay_mask_stored && strcmp(cfg->relay_capture, "poll") != 0)
         return pb_fail(err, PB_FATAL, "relay.mask_stored works with relay.capture = poll only (the "

@@ -139,6 +139,8 @@ static struct {
     double backlog, backlog_exact, oldest_age, dead_letters, sample_took, sample_time;
     double delayed, cdc_deferred;
     double last_publish;
+    bool otlp; /* the OTLP export is on: its counters are shown */
+    double otlp_exported, otlp_failed, otlp_dropped;
 } g;
 
 void pb_metrics_init(const char *component)
@@ -305,6 +307,16 @@ void pb_metrics_batch(size_t n)
 {
     pthread_mutex_lock(&lock);
     observe(&batch_size, (double)n);
+    pthread_mutex_unlock(&lock);
+}
+
+void pb_metrics_otlp_spans(size_t exported, size_t failed, size_t dropped)
+{
+    pthread_mutex_lock(&lock);
+    g.otlp = true;
+    g.otlp_exported += (double)exported;
+    g.otlp_failed += (double)failed;
+    g.otlp_dropped += (double)dropped;
     pthread_mutex_unlock(&lock);
 }
 
@@ -522,6 +534,16 @@ void pb_metrics_render(pb_buf_t *out)
         for (size_t i = 0; i < N_OF(families_relay); i++)
             render_family(out, families_relay[i]);
         render_histogram(out, &latency);
+        if (g.otlp) {
+            scalar(out, "postbox_otlp_spans_exported_total", "counter",
+                   "publish spans the OTLP collector accepted", g.otlp_exported);
+            scalar(out, "postbox_otlp_spans_failed_total", "counter",
+                   "publish spans lost because their export request failed (never retried)",
+                   g.otlp_failed);
+            scalar(out, "postbox_otlp_spans_dropped_total", "counter",
+                   "publish spans dropped without an export: no room under "
+                   "relay.otlp_max_pending, or still waiting at stop", g.otlp_dropped);
+        }
     }
     if (consume)
         for (size_t i = 0; i < N_OF(families_consume); i++)

@@ -40,6 +40,11 @@ void pb_metrics_expired(const char *sink, const char *event_type);
 /* Events (relay) or messages (consume) handled in one batch. */
 void pb_metrics_batch(size_t n);
 
+/* Spans of the OTLP export (relay.otlp_endpoint), as deltas: exported (the collector took
+ * them), failed (their request failed) and dropped (no room while waiting, or left at stop).
+ * The first call makes the three counters show. */
+void pb_metrics_otlp_spans(size_t exported, size_t failed, size_t dropped);
+
 /* --- connection state (/readyz) ---------------------------------------------------------- */
 
 /* database: connected to PostgreSQL; broker: connected to the broker; owner: owns its work

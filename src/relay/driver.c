@@ -12,6 +12,7 @@
 #include "metrics/metrics.h"
 #include "relay/holdback.h"
 #include "relay/mask.h"
+#include "relay/publish_span.h"
 
 #define FAC "relay"
 #define TOTALS_LOG_INTERVAL_MS 10000
@@ -27,6 +28,8 @@ typedef struct driver {
     pb_capture_t *cap;
     pb_sink_t *snk;
     pb_mask_t *mask; /* the [mask] rules, applied before any sink sees an event */
+    pb_otlp_t *otlp; /* relay.otlp_endpoint's exporter, NULL when off */
+    pb_publish_span_t span; /* the span of the send in hand */
     pb_log_limit_t unfit_log;
     pb_log_limit_t expired_log;
     bool sink_up;
@@ -83,6 +86,7 @@ static pb_status_t wait_keeping(driver_t *d, int64_t ms, bool keep, pb_error_t *
         if (left <= 0)
             break;
         pb_nap(d->stop, keep && left > KEEPALIVE_MS ? KEEPALIVE_MS : left);
+        pb_otlp_poll(d->otlp);
         pb_status_t st;
         if (keep && (st = d->cap->ops->keepalive(d->cap, err)) != PB_OK)
             return st;
@@ -558,13 +562,16 @@ static pb_status_t step(driver_t *d, bool *idle, pb_error_t *err)
         pb_sink_batch_t sb = {.events = b.events, .results = d->results, .n = b.n};
         pb_error_t sink_err;
         PB_ASSERT(d->sink_up); /* the loop and prepare_retry connect it first */
+        pb_publish_span_begin(&d->span, d->results, b.n);
         pb_status_t sst = d->snk->ops->send(d->snk, &sb, &sink_err);
-        /* the capture's database work and the report of the batch before run while the broker
-         * acknowledges the batch */
+        /* the capture's database work, the report of the batch before and the span export run
+         * while the broker acknowledges the batch */
         pb_status_t ost = round == 1 ? d->cap->ops->overlap(d->cap, err) : PB_OK;
         report_published(d);
+        pb_otlp_poll(d->otlp);
         if (sst == PB_OK)
             sst = d->snk->ops->await(d->snk, &sb, &sink_err);
+        pb_publish_span_end(&d->span, b.events, d->results);
         if (sst != PB_OK && d->sink_up) {
             log_warn(FAC, "%s broker connection lost: %s", d->snk->ops->name, sink_err.msg);
             d->sink_up = false;
@@ -595,6 +602,7 @@ static pb_status_t step(driver_t *d, bool *idle, pb_error_t *err)
 static bool idle_tick(void *arg)
 {
     driver_t *d = arg;
+    pb_otlp_poll(d->otlp); /* the spans of the last batches go out while nothing comes */
     if (!d->sink_up || *d->stop)
         return !*d->stop;
     pb_error_t err;
@@ -624,6 +632,11 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
     pb_status_t st = pb_mask_new(cfg, &d.mask, err);
     if (st != PB_OK)
         return st;
+    if ((st = pb_otlp_new(cfg, &d.otlp, err)) != PB_OK) {
+        pb_mask_free(d.mask);
+        return st;
+    }
+    pb_publish_span_init(&d.span, cfg, snk->ops->name, d.otlp);
     if (cfg->n_masks)
         log_info(FAC, "masking the payload and headers of %zu event type(s) before publishing "
                       "([mask])%s%s",
@@ -695,6 +708,9 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
         st = PB_OK;
     report_published(&d);
     log_totals(&d, true);
+    pb_otlp_flush(d.otlp); /* the last spans, for at most relay.otlp_timeout */
+    pb_publish_span_free(&d.span);
+    pb_otlp_free(d.otlp);
     pb_holdback_free(&d.hold);
     pb_buf_free(&d.unreported);
     free(d.results);
