@@ -3,12 +3,14 @@
  * bounded. Passive declares only, changing nothing: an exchange or queue that exists is declared
  * again as the relay or the consumer would declare it at start, which changes nothing either and
  * tells whether its arguments match (a queue declared without the bound, by an older postbox or
- * by hand, fails there). */
+ * by hand, fails there). A queue postbox does not declare (amqp.queue_declare = false) is probed
+ * for a bound argument by declares it refuses or accepts as it is (broker/amqp/queue_bound.h). */
 #include <amqp.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "broker/amqp/conn.h"
+#include "broker/amqp/queue_bound.h"
 #include "broker/amqp/url.h"
 #include "check/check_int.h"
 #include "check/judge.h"
@@ -140,8 +142,18 @@ static void check_queue(amqp_check_t *a)
         return;
     }
     pb_error_t err;
-    if (cfg->amqp_queue_declare &&
-        pb_amqp_link_setup_queue(&a->lk, cfg, a->url.vhost, a->url.user, &err) != PB_OK) {
+    if (!cfg->amqp_queue_declare) {
+        pb_amqp_queue_bound_t bound;
+        char detail[400];
+        if (pb_amqp_probe_queue_bound(&a->lk, q, &bound, detail, sizeof detail, &err) != PB_OK) {
+            pb_check_add(a->ctx->r, PB_CHECK_FAIL, "amqp.queue", "rabbitmq at %s: %s", a->where,
+                         err.msg);
+            return;
+        }
+        pb_judge_amqp_queue_probed(a->ctx->r, "amqp.queue", bound, detail, cfg);
+        return;
+    }
+    if (pb_amqp_link_setup_queue(&a->lk, cfg, a->url.vhost, a->url.user, &err) != PB_OK) {
         pb_check_finding_t *f = pb_check_add(a->ctx->r, PB_CHECK_FAIL, "amqp.queue", "%s",
                                              err.msg);
         pb_check_hint(f, "postbox consume refuses the queue at start: declare it again with the "

@@ -478,3 +478,28 @@ void pb_judge_amqp_queue_bound(pb_check_report_t *r, const char *name, bool exis
     pb_check_hint(f, "set amqp.queue_message_ttl or amqp.queue_max_length (a queue declared "
                      "without them must be deleted and declared again, or bounded by a policy)");
 }
+
+void pb_judge_amqp_queue_probed(pb_check_report_t *r, const char *name,
+                                pb_amqp_queue_bound_t bound, const char *detail,
+                                const pb_config_t *cfg)
+{
+    const char *q = cfg->amqp_queue;
+    if (bound == PB_AMQP_QUEUE_BOUNDED) {
+        pb_check_add(r, PB_CHECK_OK, name, "queue \"%s\" is bounded: %s", q, detail);
+        return;
+    }
+    if (bound == PB_AMQP_QUEUE_BOUND_UNKNOWN) {
+        pb_check_add(r, PB_CHECK_OK, name,
+                     "queue \"%s\" exists; whether it is bounded could not be told (%s): "
+                     "rabbitmqctl list_queues name arguments policy shows it", q, detail);
+        return;
+    }
+    pb_check_finding_t *f = pb_check_add(
+        r, PB_CHECK_WARN, name, "queue \"%s\" has %s%s: unless a policy bounds it, it grows "
+                                "without limit while its consumers are down", q, detail,
+        cfg->amqp_allow_unlimited ? " (allowed by amqp.allow_unlimited)" : "");
+    if (!cfg->amqp_allow_unlimited)
+        pb_check_hint(f, "bound it (x-message-ttl or x-max-length, or a policy: rabbitmqctl "
+                         "set_policy ... '{\"max-length\": N}' --apply-to queues) and, for a "
+                         "policy, set amqp.allow_unlimited = true");
+}

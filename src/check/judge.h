@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "broker/amqp/queue_bound.h"
 #include "check/check.h"
 
 /* PostgreSQL's version (PQserverVersion, server_version): FAIL below what postbox runs on. */
@@ -80,5 +81,11 @@ void pb_judge_redis_bound(pb_check_report_t *r, const char *name, const pb_confi
  * queue_message_ttl, allow_unlimited); exists: it exists already (and matched the declaration). */
 void pb_judge_amqp_queue_bound(pb_check_report_t *r, const char *name, bool exists,
                                const pb_config_t *cfg);
+
+/* The bound of an existing queue postbox does not declare (amqp.queue_declare = false), as
+ * pb_amqp_probe_queue_bound found it (detail: its words); allow_unlimited silences the lack. */
+void pb_judge_amqp_queue_probed(pb_check_report_t *r, const char *name,
+                                pb_amqp_queue_bound_t bound, const char *detail,
+                                const pb_config_t *cfg);
 
 #endif

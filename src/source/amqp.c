@@ -28,6 +28,7 @@
 #include <amqp_framing.h>
 
 #include "broker/amqp/conn.h"
+#include "broker/amqp/queue_bound.h"
 #include "common/clock.h"
 #include "common/event.h"
 #include "common/log.h"
@@ -68,6 +69,7 @@ typedef struct amqp_source {
     pb_message_t *pending;   /* prefetched deliveries, for the next receive */
     size_t n_pending, cap_pending;
     pb_buf_t scratch;  /* headers JSON of the message being read */
+    bool bound_probed; /* amqp.queue_declare = false: the queue's bound was asked once */
 } amqp_source_t;
 
 static const pb_source_ops_t amqp_source_ops;
@@ -148,6 +150,32 @@ static pb_status_t declare_queue(amqp_source_t *s, pb_error_t *err)
     return pb_amqp_link_setup_queue(&s->link, s->base.cfg, s->url.vhost, s->url.user, err);
 }
 
+/* A queue someone else declared (amqp.queue_declare = false) is not refused for lacking a
+ * bound, as a queue postbox declares would be: it may be bounded by a policy, which AMQP cannot
+ * see. Without amqp.allow_unlimited its lack of a bound argument is said once, at start. */
+static pb_status_t warn_unbounded(amqp_source_t *s, pb_error_t *err)
+{
+    const pb_config_t *cfg = s->base.cfg;
+    pb_amqp_queue_bound_t bound;
+    char detail[400];
+    pb_status_t st = pb_amqp_probe_queue_bound(&s->link, cfg->amqp_queue, &bound, detail,
+                                               sizeof detail, err);
+    if (st != PB_OK)
+        return st;
+    s->bound_probed = true;
+    if (bound == PB_AMQP_QUEUE_BOUNDED)
+        log_info(FAC, "queue \"%s\" is bounded: %s", cfg->amqp_queue, detail);
+    else if (bound == PB_AMQP_QUEUE_BOUND_UNKNOWN)
+        log_info(FAC, "could not tell whether queue \"%s\" is bounded: %s", cfg->amqp_queue,
+                 detail);
+    else if (!cfg->amqp_allow_unlimited)
+        log_warn(FAC, "queue \"%s\" has %s: unless a policy bounds it, it grows without limit "
+                      "while its consumers are down (bound it with x-message-ttl or "
+                      "x-max-length, or by a policy and set amqp.allow_unlimited = true)",
+                 cfg->amqp_queue, detail);
+    return PB_OK;
+}
+
 static pb_status_t bind_queue(amqp_source_t *s, pb_error_t *err)
 {
     const pb_config_t *cfg = s->base.cfg;
@@ -210,6 +238,8 @@ static pb_status_t setup_channel(void *arg, pb_error_t *err)
         (st = pb_amqp_link_setup_exchange(&s->link, cfg, s->url.vhost, s->url.user, err)) != PB_OK)
         return st;
     if ((st = declare_queue(s, err)) != PB_OK)
+        return st;
+    if (!cfg->amqp_queue_declare && !s->bound_probed && (st = warn_unbounded(s, err)) != PB_OK)
         return st;
     if (bind && (st = bind_queue(s, err)) != PB_OK)
         return st;

@@ -3,7 +3,11 @@
 # declares its queue with x-message-ttl 7 days (checked with python3-pika, a client that is not
 # postbox's: the broker accepts the same arguments and refuses others); a queue without any
 # bound is refused unless amqp.allow_unlimited = true; an existing queue without the bound (made
-# by an earlier postbox) is refused with the way to keep it.
+# by an earlier postbox) is refused with the way to keep it. A queue postbox does not declare
+# (amqp.queue_declare = false) is probed for a bound argument without being changed: the
+# consumer warns at start and postbox check warns when it has none; a quorum queue with a
+# dead-letter exchange and x-max-length is found bounded (the probe follows the arguments
+# RabbitMQ names before the bound).
 source "$(dirname "$0")/lib.sh"
 /usr/bin/python3 -c 'import pika' 2>/dev/null || fail "python3-pika is not installed (scripts/install-deps)"
 unset POSTBOX_AMQP_QUEUE_MESSAGE_TTL POSTBOX_AMQP_ALLOW_UNLIMITED # the defaults
@@ -47,4 +51,31 @@ out=$(consume) || rc=$?
 [[ $out == *"queue_message_ttl = 0 and allow_unlimited = true"* ]] || fail "no hint: $out"
 out=$(POSTBOX_AMQP_QUEUE_MESSAGE_TTL=0 POSTBOX_AMQP_ALLOW_UNLIMITED=true consume) ||
     fail "the hint does not work: $out"
+
+say "amqp.queue_declare = false: an existing queue without a bound argument is warned about"
+check_line() { timeout 60 "$POSTBOX_BIN" "$@" check --consume --all 2>&1 | tee -a "$PB_TMP/check.out" | grep -E '^[A-Za-z]+ +amqp.queue: ' || true; }
+declared_false() { POSTBOX_AMQP_QUEUE_DECLARE=false POSTBOX_AMQP_QUEUE_MESSAGE_TTL=0 "$@"; }
+out=$(declared_false consume) || fail "consume with amqp.queue_declare = false failed: $out"
+[[ $out == *"has no x-message-ttl, x-max-length or x-max-length-bytes argument: unless a policy bounds it"* ]] ||
+    fail "no warning about the unbounded queue: $out"
+line=$(declared_false check_line)
+[[ $line == "WARN amqp.queue: "*"grows without limit"* ]] || { cat "$PB_TMP/check.out" >&2; fail "postbox check: $line"; }
+say "check: $line"
+out=$(declared_false env POSTBOX_AMQP_ALLOW_UNLIMITED=true "$POSTBOX_BIN" consume --drain 2>&1) ||
+    fail "consume with allow_unlimited failed: $out"
+[[ $out != *"grows without limit"* ]] || fail "warned although amqp.allow_unlimited = true: $out"
+
+say "amqp.queue_declare = false: a quorum queue with a dead-letter exchange and x-max-length is bounded"
+amqp_tool delete "$POSTBOX_AMQP_URL" "$PB_QUEUE" || fail "amqp-tool delete failed"
+args='{"x-queue-type": "quorum", "x-dead-letter-exchange": "pb.dlx", "x-single-active-consumer": true, "x-max-length": 1000}'
+got=$(redeclare "$args")
+[[ $got == ok ]] || fail "could not declare the quorum queue: $got"
+out=$(declared_false consume) || fail "consume failed: $out"
+[[ $out == *"queue \"$PB_QUEUE\" is bounded: x-max-length 1000"* ]] || fail "the bound was not found: $out"
+[[ $out != *"grows without limit"* ]] || fail "warned about a bounded queue: $out"
+line=$(declared_false check_line)
+[[ $line == "ok"*" amqp.queue: "*"is bounded: x-max-length 1000"* ]] || { cat "$PB_TMP/check.out" >&2; fail "postbox check: $line"; }
+say "check: $line"
+got=$(redeclare "$args")
+[[ $got == ok ]] || fail "the probe changed the queue: $got"
 say "PASS"
