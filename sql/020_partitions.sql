@@ -1,0 +1,329 @@
+-- postbox schema, version 20: an opt-in partitioned layout for the history tables.
+--
+-- At tens of thousands of events a minute, retention by batched DELETE leaves published history
+-- and the dead-letter tables to bloat and to vacuum. On the partitioned layout each of them is
+-- range-partitioned by the time its retention counts from (published_at, dead_at), one
+-- partition per interval (default one day), created ahead by the janitors, and retention drops
+-- whole partitions. This migration changes no table: it adds the functions, and
+-- `postbox init --partition-by INTERVAL` (postbox.partition_tables) switches the layout. The
+-- default layout stays as it was.
+--
+-- Not partitioned, on purpose: postbox.inbox. Its duplicate rule needs (consumer, message_id)
+-- unique across all time, and a partitioned table's unique index must hold the partition key
+-- (received_at): a redelivery received on another day would not conflict. See README,
+-- "Partitioned storage", for the designs weighed and what is left.
+--
+-- Every partitioned table has a DEFAULT partition, so that a row whose time has no partition
+-- (the janitor down for longer than the partitions made ahead) is stored all the same: a relay
+-- settle or a dead-lettering never fails for want of a partition. `postbox check` reports a
+-- missing partition ahead; the retention purge deletes the DEFAULT partition's old rows.
+
+CREATE TABLE postbox.partitioned_tables (
+    table_name  text     PRIMARY KEY
+                CHECK (table_name IN ('outbox_published', 'dead_letters', 'inbox_dead')),
+    time_column text     NOT NULL,
+    every       interval NOT NULL
+                -- date_bin (the partition bounds) takes no months; an hour at least keeps the
+                -- number of partitions a janitor makes and drops small
+                CHECK (date_part('month', every) = 0 AND date_part('year', every) = 0
+                       AND every >= interval '1 hour'),
+    ahead       integer  NOT NULL CHECK (ahead BETWEEN 1 AND 366)
+);
+COMMENT ON TABLE postbox.partitioned_tables IS
+    'the tables on the partitioned layout (postbox init --partition-by), with their interval '
+    'and how many intervals ahead the janitors keep partitions';
+
+-- Partition bounds are multiples of the interval from this origin (a Monday at midnight UTC),
+-- so that daily partitions start at midnight UTC and weekly ones on Mondays.
+CREATE FUNCTION postbox.partition_lower(p_every interval, p_at timestamptz)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT date_bin(p_every, p_at, timestamptz '2000-01-03 00:00:00+00') $$;
+
+CREATE FUNCTION postbox.partition_name(p_table text, p_lower timestamptz)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT p_table || '_p' || to_char(p_lower AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MI') $$;
+
+-- The partitions of a table with their bounds (the DEFAULT partition has none).
+CREATE FUNCTION postbox.partitions_of(p_table text)
+RETURNS TABLE (partition regclass, lower_bound timestamptz, upper_bound timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+    SELECT c.oid::regclass,
+           substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \(''([^'']*)''\)')::timestamptz,
+           substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([^'']*)''\)')::timestamptz
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = to_regclass('postbox.' || quote_ident(p_table))
+$$;
+
+-- Creates the partition of p_table for the interval holding p_at; true if it made one. Another
+-- janitor making the same one at once, or a DEFAULT partition already holding rows of that
+-- interval (the janitor was down), is a warning, not an error: the rows stay in the DEFAULT
+-- partition, which the purge empties by age, and `postbox check` reports the gap.
+CREATE FUNCTION postbox.partition_create(p_table text, p_at timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+DECLARE
+    v_every interval;
+    v_lower timestamptz;
+    v_name  text;
+BEGIN
+    SELECT every INTO STRICT v_every FROM postbox.partitioned_tables WHERE table_name = p_table;
+    v_lower := postbox.partition_lower(v_every, p_at);
+    v_name := postbox.partition_name(p_table, v_lower);
+    IF to_regclass('postbox.' || quote_ident(v_name)) IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        EXECUTE format('CREATE TABLE postbox.%I PARTITION OF postbox.%I FOR VALUES FROM (%L) TO (%L)',
+                       v_name, p_table, v_lower, v_lower + v_every);
+    EXCEPTION
+        WHEN duplicate_table OR unique_violation THEN
+            RETURN false;
+        WHEN check_violation OR invalid_object_definition THEN
+            RAISE WARNING 'postbox: partition % of postbox.% not created: %', v_name, p_table,
+                          SQLERRM;
+            RETURN false;
+    END;
+    RETURN true;
+END
+$$;
+
+-- What the janitors run: the partitions of the current interval and of the `ahead` next ones,
+-- for every partitioned table. Returns how many it made. p_now: a test's clock.
+CREATE FUNCTION postbox.partitions_create_ahead(p_now timestamptz DEFAULT now())
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER  -- a partition is made by the tables' owner; the janitors run as lesser roles
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+DECLARE
+    t record;
+    v_made integer := 0;
+BEGIN
+    FOR t IN SELECT * FROM postbox.partitioned_tables ORDER BY table_name LOOP
+        FOR k IN 0 .. t.ahead LOOP
+            IF postbox.partition_create(t.table_name, p_now + k * t.every) THEN
+                v_made := v_made + 1;
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN v_made;
+END
+$$;
+
+-- For `postbox check`: the partitions missing for the current interval and the next one (the
+-- janitor makes `ahead` of them; one missing means it has not run for that long).
+CREATE FUNCTION postbox.partitions_missing(p_now timestamptz DEFAULT now())
+RETURNS TABLE (table_name text, lower_bound timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+    SELECT t.table_name, postbox.partition_lower(t.every, p_now + k * t.every)
+    FROM postbox.partitioned_tables t CROSS JOIN generate_series(0, 1) AS k
+    WHERE to_regclass('postbox.' || quote_ident(postbox.partition_name(
+              t.table_name, postbox.partition_lower(t.every, p_now + k * t.every)))) IS NULL
+    ORDER BY 1, 2
+$$;
+
+-- Retention: drops the partitions of p_table whose whole interval ends at or before p_cutoff;
+-- returns how many. Dropping a partition takes an ACCESS EXCLUSIVE lock on the parent for a
+-- moment: the lock_timeout keeps the relay's settle or a consumer's commit from queueing behind
+-- a drop that waits for a long transaction; the partition is dropped by the next round then.
+CREATE FUNCTION postbox.partitions_drop_before(p_table text, p_cutoff timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY DEFINER  -- as partitions_create_ahead; only postbox's partitioned tables are touched
+SET search_path = pg_catalog, postbox, pg_temp
+SET lock_timeout = '500ms'
+AS $$
+DECLARE
+    p record;
+    v_dropped integer := 0;
+BEGIN
+    FOR p IN SELECT * FROM postbox.partitions_of(p_table)
+             WHERE upper_bound <= p_cutoff ORDER BY upper_bound LOOP
+        BEGIN
+            EXECUTE format('DROP TABLE %s', p.partition);
+            v_dropped := v_dropped + 1;
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE WARNING 'postbox: partition % not dropped (busy; the next purge tries again)',
+                          p.partition;
+            EXIT;
+        END;
+    END LOOP;
+    RETURN v_dropped;
+END
+$$;
+
+-- Switches one table to the partitioned layout: a new partitioned table with the same columns,
+-- defaults, identity (continuing the old numbering), comments, indexes, grants and dependent
+-- views, the old rows copied over, the old table dropped. The primary key gains the partition
+-- column (an id stays unique: the identity or the outbox's id hands each out once). Holds an
+-- ACCESS EXCLUSIVE lock on the table throughout: instant on an empty table (`postbox init`),
+-- a copy's time on a full one.
+CREATE FUNCTION postbox.partition_table(p_table text, p_column text, p_every interval,
+                                        p_ahead integer)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+DECLARE
+    v_old      regclass := to_regclass('postbox.' || quote_ident(p_table));
+    v_kind     "char";
+    v_known    interval;
+    v_pk       text;
+    v_indexes  text[];
+    v_views    text[][];
+    v_view     record;
+    v_acl      record;
+    v_comment  text;
+    v_identity text;
+    v_first    timestamptz;
+    v_seq_last bigint;
+    v_seq_done boolean;
+    v_count    integer;
+    i          integer;
+BEGIN
+    SELECT relkind INTO v_kind FROM pg_class WHERE oid = v_old;
+    IF v_kind = 'p' THEN
+        SELECT every INTO v_known FROM postbox.partitioned_tables WHERE table_name = p_table;
+        IF v_known IS DISTINCT FROM p_every THEN
+            RAISE EXCEPTION 'postbox.% is partitioned by % already; changing the interval is not '
+                            'supported', p_table, coalesce(v_known::text, '(unknown)');
+        END IF;
+        UPDATE postbox.partitioned_tables SET ahead = p_ahead WHERE table_name = p_table;
+        RETURN;
+    END IF;
+    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', v_old);
+
+    -- what the new table must get again: primary key columns, other indexes, views, grants
+    SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.o) INTO v_pk
+    FROM pg_index x
+    CROSS JOIN unnest(x.indkey) WITH ORDINALITY AS k(attnum, o)
+    JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
+    WHERE x.indrelid = v_old AND x.indisprimary;
+    IF EXISTS (SELECT 1 FROM pg_index WHERE indrelid = v_old AND indisunique AND NOT indisprimary)
+    THEN
+        RAISE EXCEPTION 'postbox.% has a unique index besides its primary key: cannot partition '
+                        'it', p_table;
+    END IF;
+    SELECT array_agg(pg_get_indexdef(indexrelid)) INTO v_indexes
+    FROM pg_index WHERE indrelid = v_old AND NOT indisprimary;
+    SELECT array_agg(ARRAY[format('%I.%I', n.nspname, c.relname), pg_get_viewdef(c.oid)])
+    INTO v_views
+    FROM (SELECT DISTINCT r.ev_class AS oid FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
+          WHERE d.refobjid = v_old AND r.ev_class <> v_old) v
+    JOIN pg_class c ON c.oid = v.oid JOIN pg_namespace n ON n.oid = c.relnamespace;
+    v_comment := obj_description(v_old, 'pg_class');
+    SELECT a.attname INTO v_identity FROM pg_attribute a
+    WHERE a.attrelid = v_old AND a.attidentity <> '' AND NOT a.attisdropped;
+
+    -- dependent views go first (recreated at the end, with their grants)
+    CREATE TEMP TABLE IF NOT EXISTS pb_view_acl (view_name text, grantee oid, privilege text)
+        ON COMMIT DROP;
+    FOR i IN 1 .. coalesce(array_length(v_views, 1), 0) LOOP
+        INSERT INTO pb_view_acl
+        SELECT v_views[i][1], a.grantee, a.privilege_type
+        FROM pg_class c CROSS JOIN aclexplode(c.relacl) a
+        WHERE c.oid = v_views[i][1]::regclass AND a.grantee <> c.relowner;
+        EXECUTE format('DROP VIEW %s', v_views[i][1]);
+    END LOOP;
+
+    EXECUTE format('ALTER TABLE %s RENAME TO %I', v_old, p_table || '_unpartitioned');
+    EXECUTE format('CREATE TABLE postbox.%I (LIKE postbox.%I INCLUDING DEFAULTS INCLUDING IDENTITY '
+                   'INCLUDING COMMENTS INCLUDING GENERATED INCLUDING CONSTRAINTS) '
+                   'PARTITION BY RANGE (%I)', p_table, p_table || '_unpartitioned', p_column);
+    IF v_identity IS NOT NULL THEN
+        -- the new identity goes on from where the old one was: dlq commands name rows by id
+        EXECUTE format('SELECT last_value, is_called FROM %s',
+                       pg_get_serial_sequence(format('postbox.%I', p_table || '_unpartitioned'),
+                                              v_identity))
+            INTO v_seq_last, v_seq_done;
+        PERFORM setval(pg_get_serial_sequence(format('postbox.%I', p_table), v_identity),
+                       v_seq_last, v_seq_done);
+    END IF;
+    EXECUTE format('CREATE TABLE postbox.%I PARTITION OF postbox.%I DEFAULT',
+                   p_table || '_default', p_table);
+    INSERT INTO postbox.partitioned_tables (table_name, time_column, every, ahead)
+    VALUES (p_table, p_column, p_every, p_ahead);
+
+    -- partitions for the rows there are (a year of intervals at most: older rows go to the
+    -- DEFAULT partition, which the purge empties by age), then the copy
+    EXECUTE format('SELECT min(%I) FROM postbox.%I', p_column, p_table || '_unpartitioned')
+        INTO v_first;
+    IF v_first IS NOT NULL THEN
+        v_first := greatest(v_first, now() - 366 * p_every);
+        v_count := 0;
+        WHILE v_first < now() AND v_count < 366 LOOP
+            PERFORM postbox.partition_create(p_table, v_first);
+            v_first := v_first + p_every;
+            v_count := v_count + 1;
+        END LOOP;
+    END IF;
+    PERFORM postbox.partitions_create_ahead();
+    EXECUTE format('INSERT INTO postbox.%I OVERRIDING SYSTEM VALUE SELECT * FROM postbox.%I',
+                   p_table, p_table || '_unpartitioned');
+
+    -- grants of the old table, then it goes (its index names are free after that)
+    FOR v_acl IN SELECT a.grantee, a.privilege_type
+                 FROM pg_class c CROSS JOIN aclexplode(c.relacl) a
+                 WHERE c.oid = v_old AND a.grantee <> c.relowner LOOP
+        EXECUTE format('GRANT %s ON postbox.%I TO %s', v_acl.privilege_type, p_table,
+                       CASE WHEN v_acl.grantee = 0 THEN 'PUBLIC'
+                            ELSE quote_ident(v_acl.grantee::regrole::text) END);
+    END LOOP;
+    EXECUTE format('DROP TABLE %s', v_old);
+    IF v_pk IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE postbox.%I ADD PRIMARY KEY (%s, %I)', p_table, v_pk,
+                       p_column);
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(v_indexes, 1), 0) LOOP
+        EXECUTE v_indexes[i];
+    END LOOP;
+    IF v_comment IS NOT NULL THEN
+        EXECUTE format('COMMENT ON TABLE postbox.%I IS %L', p_table, v_comment);
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(v_views, 1), 0) LOOP
+        EXECUTE format('CREATE VIEW %s AS %s', v_views[i][1], v_views[i][2]);
+        FOR v_acl IN SELECT * FROM pb_view_acl WHERE view_name = v_views[i][1] LOOP
+            EXECUTE format('GRANT %s ON %s TO %s', v_acl.privilege, v_views[i][1],
+                           CASE WHEN v_acl.grantee = 0 THEN 'PUBLIC'
+                                ELSE quote_ident(v_acl.grantee::regrole::text) END);
+        END LOOP;
+    END LOOP;
+END
+$$;
+
+-- `postbox init --partition-by INTERVAL`: the published history and both dead-letter tables on
+-- the partitioned layout (a table on it already keeps its interval; a different one is an
+-- error). Returns the partitioned tables.
+CREATE FUNCTION postbox.partition_tables(p_every interval, p_ahead integer DEFAULT 3)
+RETURNS SETOF text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+BEGIN
+    IF p_every IS NULL OR date_part('month', p_every) <> 0 OR date_part('year', p_every) <> 0
+       OR p_every < interval '1 hour' THEN
+        RAISE EXCEPTION 'postbox: partition interval %: expected one hour or more, in hours, '
+                        'days or weeks (months have no fixed length)', p_every;
+    END IF;
+    IF p_ahead IS NULL OR p_ahead NOT BETWEEN 1 AND 366 THEN
+        RAISE EXCEPTION 'postbox: partitions ahead %: expected 1 to 366', p_ahead;
+    END IF;
+    PERFORM postbox.partition_table('outbox_published', 'published_at', p_every, p_ahead);
+    PERFORM postbox.partition_table('dead_letters', 'dead_at', p_every, p_ahead);
+    PERFORM postbox.partition_table('inbox_dead', 'dead_at', p_every, p_ahead);
+    RETURN QUERY SELECT table_name FROM postbox.partitioned_tables ORDER BY 1;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION postbox.partition_tables(interval, integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION postbox.partition_table(text, text, interval, integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION postbox.partition_create(text, timestamptz) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION postbox.partitions_create_ahead(timestamptz) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION postbox.partitions_drop_before(text, timestamptz) FROM PUBLIC;
