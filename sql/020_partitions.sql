@@ -327,3 +327,5 @@ REVOKE EXECUTE ON FUNCTION postbox.partition_table(text, text, interval, integer
 REVOKE EXECUTE ON FUNCTION postbox.partition_create(text, timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION postbox.partitions_create_ahead(timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION postbox.partitions_drop_before(text, timestamptz) FROM PUBLIC;
+-- layout metadata, read by `postbox check` whichever role runs it
+GRANT SELECT ON postbox.partitioned_tables TO PUBLIC;
