@@ -329,3 +329,29 @@ REVOKE EXECUTE ON FUNCTION postbox.partitions_create_ahead(timestamptz) FROM PUB
 REVOKE EXECUTE ON FUNCTION postbox.partitions_drop_before(text, timestamptz) FROM PUBLIC;
 -- layout metadata, read by `postbox check` whichever role runs it
 GRANT SELECT ON postbox.partitioned_tables TO PUBLIC;
+
+-- Retention of a DEFAULT partition (rows of times no partition covered): one batch of up to
+-- p_limit rows older than p_cutoff, deleted; returns how many. SECURITY DEFINER: grants are
+-- given on the partitioned table, which a DELETE straight on the partition does not use.
+CREATE FUNCTION postbox.partitions_purge_default(p_table text, p_cutoff timestamptz,
+                                                 p_limit integer)
+RETURNS bigint
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+DECLARE
+    v_column text;
+    v_deleted bigint;
+BEGIN
+    SELECT time_column INTO STRICT v_column FROM postbox.partitioned_tables
+    WHERE table_name = p_table;
+    EXECUTE format('DELETE FROM postbox.%1$I WHERE ctid = ANY(ARRAY('
+                   'SELECT ctid FROM postbox.%1$I WHERE %2$I < $1 LIMIT $2))',
+                   p_table || '_default', v_column)
+        USING p_cutoff, p_limit;
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    RETURN v_deleted;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION postbox.partitions_purge_default(text, timestamptz, integer) FROM PUBLIC;

@@ -188,8 +188,9 @@ static bool purge_tick(pb_janitor_t *jan, int64_t *next_purge)
     }
     uint64_t rows;
     if (pb_purge_step(&jan->purge, &rows, &err) != PB_OK) {
-        log_warn(FAC, "retention purge of postbox.%s stopped: %s", pb_purge_table(j->target),
-                 err.msg);
+        log_warn(FAC, "retention purge of postbox.%s stopped (%llu partitions dropped): %s",
+                 pb_purge_table(j->target),
+                 (unsigned long long)jan->purge.partitions_dropped, err.msg);
         next_job(jan, next_purge, RECONNECT_MS);
         if (PQstatus(jan->conn) != CONNECTION_OK)
             drop_conn(jan);

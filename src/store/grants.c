@@ -138,6 +138,8 @@ static const grant_t grants[] = {
      false},
     {PB_GRANTS_RELAY, "EXECUTE", "FUNCTION postbox.partitions_drop_before(text, timestamptz)",
      NULL, false},
+    {PB_GRANTS_RELAY, "EXECUTE",
+     "FUNCTION postbox.partitions_purge_default(text, timestamptz, integer)", NULL, false},
     {PB_GRANTS_CONSUMER, "EXECUTE", "FUNCTION postbox.partitions_create_ahead(timestamptz)", NULL,
      false},
     {PB_GRANTS_CONSUMER, "EXECUTE", "FUNCTION postbox.partitions_drop_before(text, timestamptz)",

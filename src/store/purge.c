@@ -110,9 +110,7 @@ static const char purge_inbox_dead_sql[] =
 /* The partitioned layout (sql/020): published history keeps only the rows of its DEFAULT
  * partition (times no partition covered) for the DELETE; whole partitions are dropped. */
 static const char purge_outbox_default_sql[] =
-    "DELETE FROM postbox.outbox_published_default WHERE id IN ("
-    "  SELECT id FROM postbox.outbox_published_default WHERE published_at < $1::timestamptz"
-    "  LIMIT $2::integer)";
+    "SELECT postbox.partitions_purge_default('outbox_published', $1::timestamptz, $2::integer)";
 /* Drops the partitions whose whole interval is older than the longest age ($2 the purge's
  * start, $3 the default age in ms, $4 the rules' ages); none while an age of 0 keeps rows. */
 static const char drop_partitions_sql[] =
@@ -256,12 +254,14 @@ pb_status_t pb_purge_step(pb_purge_t *p, uint64_t *rows, pb_error_t *err)
         res = PQexecParams(p->conn, purge_sql(p->target, p->partitioned), by_consumer ? 3 : 2, NULL, params,
                            NULL, NULL, 0);
     }
-    pb_status_t st = pb_pg_check(p->conn, res, inbox ? PGRES_TUPLES_OK : PGRES_COMMAND_OK,
+    /* the inbox's and the DEFAULT partition's statements return the count as a row */
+    bool counted = inbox || (p->partitioned && p->target == PB_PURGE_OUTBOX);
+    pb_status_t st = pb_pg_check(p->conn, res, counted ? PGRES_TUPLES_OK : PGRES_COMMAND_OK,
                                  "purge", err);
     if (st != PB_OK)
         return st;
     double ms = (double)(pb_wall_us() - t0) / 1000.0;
-    *rows = strtoull(inbox ? PQgetvalue(res, 0, 0) : PQcmdTuples(res), NULL, 10);
+    *rows = strtoull(counted ? PQgetvalue(res, 0, 0) : PQcmdTuples(res), NULL, 10);
     PQclear(res);
     p->deleted += *rows;
     p->batches++;
