@@ -75,7 +75,10 @@ BEGIN
     SELECT every INTO STRICT v_every FROM postbox.partitioned_tables WHERE table_name = p_table;
     v_lower := postbox.partition_lower(v_every, p_at);
     v_name := postbox.partition_name(p_table, v_lower);
-    IF to_regclass('postbox.' || quote_ident(v_name)) IS NOT NULL THEN
+    IF to_regclass('postbox.' || quote_ident(v_name)) IS NOT NULL
+       OR EXISTS (SELECT 1 FROM postbox.partitions_of(p_table) p  -- the migrated table's old rows
+                  WHERE p.upper_bound > v_lower
+                    AND (p.lower_bound IS NULL OR p.lower_bound <= v_lower)) THEN
         RETURN false;
     END IF;
     BEGIN
@@ -123,10 +126,12 @@ RETURNS TABLE (table_name text, lower_bound timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, postbox, pg_temp
 AS $$
-    SELECT t.table_name, postbox.partition_lower(t.every, p_now + k * t.every)
+    SELECT t.table_name, w.lower_bound
     FROM postbox.partitioned_tables t CROSS JOIN generate_series(0, 1) AS k
-    WHERE to_regclass('postbox.' || quote_ident(postbox.partition_name(
-              t.table_name, postbox.partition_lower(t.every, p_now + k * t.every)))) IS NULL
+    CROSS JOIN LATERAL (SELECT postbox.partition_lower(t.every, p_now + k * t.every)) AS w(lower_bound)
+    WHERE NOT EXISTS (SELECT 1 FROM postbox.partitions_of(t.table_name) p
+                      WHERE p.upper_bound > w.lower_bound
+                        AND (p.lower_bound IS NULL OR p.lower_bound <= w.lower_bound))
     ORDER BY 1, 2
 $$;
 
@@ -160,12 +165,149 @@ BEGIN
 END
 $$;
 
--- Switches one table to the partitioned layout: a new partitioned table with the same columns,
--- defaults, identity (continuing the old numbering), comments, indexes, grants and dependent
--- views, the old rows copied over, the old table dropped. The primary key gains the partition
--- column (an id stays unique: the identity or the outbox's id hands each out once). Holds an
--- ACCESS EXCLUSIVE lock on the table throughout: instant on an empty table (`postbox init`),
--- a copy's time on a full one.
+-- The online migration of a table holding rows (`postbox init --partition-by` on a schema in
+-- use): no copy. Beforehand, without blocking writers, init runs partition_online_steps: a CHECK
+-- constraint <table>_partition_range (the time column before a bound a day or more ahead),
+-- validated, and a unique index <table>_partition_key on the key plus the time column, built
+-- concurrently. Then, under a lock held for a moment, the table becomes the partition
+-- <table>_legacy of a new partitioned table, FROM (MINVALUE) TO (the bound): the validated
+-- constraint spares the attach its scan, the index becomes the partition's primary key, the
+-- other indexes are matched, not built. Retention drops the legacy partition whole once its
+-- bound is past the retention (its rows stay that much longer than they would have).
+CREATE FUNCTION postbox.partition_online_steps(p_every interval)
+RETURNS TABLE (table_name text, step text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+DECLARE
+    t record;
+    v_old regclass;
+    v_has_rows boolean;
+    v_upper timestamptz := postbox.partition_lower(p_every,
+                               now() + greatest(2 * p_every, interval '1 day')) + p_every;
+    v_pk text;
+BEGIN
+    FOR t IN SELECT * FROM (VALUES ('outbox_published', 'published_at'), ('dead_letters', 'dead_at'),
+                                   ('inbox_dead', 'dead_at')) AS v(name, col) LOOP
+        v_old := to_regclass('postbox.' || quote_ident(t.name));
+        CONTINUE WHEN (SELECT relkind FROM pg_class WHERE oid = v_old) <> 'r';
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', v_old) INTO v_has_rows;
+        CONTINUE WHEN NOT v_has_rows;
+        table_name := t.name;
+        IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = v_old
+                       AND conname = t.name || '_partition_range') THEN
+            step := format('ALTER TABLE postbox.%I ADD CONSTRAINT %I CHECK (%I < %L) NOT VALID',
+                           t.name, t.name || '_partition_range', t.col, v_upper);
+            RETURN NEXT;
+        END IF;
+        step := format('ALTER TABLE postbox.%I VALIDATE CONSTRAINT %I', t.name,
+                       t.name || '_partition_range');
+        RETURN NEXT;
+        IF EXISTS (SELECT 1 FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+                   WHERE x.indrelid = v_old AND c.relname = t.name || '_partition_key'
+                     AND NOT (x.indisvalid AND x.indisready)) THEN
+            step := format('DROP INDEX CONCURRENTLY postbox.%I', t.name || '_partition_key');
+            RETURN NEXT;
+        END IF;
+        SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.o) INTO v_pk
+        FROM pg_index x
+        CROSS JOIN unnest(x.indkey) WITH ORDINALITY AS k(attnum, o)
+        JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
+        WHERE x.indrelid = v_old AND x.indisprimary;
+        step := format('CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS %I ON postbox.%I (%s, %I)',
+                       t.name || '_partition_key', t.name, v_pk, t.col);
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION postbox.partition_attach_legacy(p_table text, p_column text, p_every interval,
+                                                p_ahead integer, p_old regclass, p_pk text,
+                                                p_indexes text[], p_comment text,
+                                                p_identity text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+DECLARE
+    v_legacy   text := p_table || '_legacy';
+    v_upper    timestamptz;
+    v_ix       record;
+    v_acl      record;
+    v_seq_last bigint;
+    v_seq_done boolean;
+    i          integer;
+BEGIN
+    SELECT substring(pg_get_constraintdef(c.oid) FROM '''([^'']*)''')::timestamptz INTO v_upper
+    FROM pg_constraint c
+    WHERE c.conrelid = p_old AND c.conname = p_table || '_partition_range' AND c.convalidated;
+    IF v_upper IS NULL OR NOT EXISTS (
+           SELECT 1 FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+           WHERE x.indrelid = p_old AND c.relname = p_table || '_partition_key'
+             AND x.indisvalid AND x.indisready) THEN
+        RAISE EXCEPTION 'postbox.% holds rows and is not prepared for the online migration: '
+                        'run `postbox init --partition-by INTERVAL`, which prepares it (or run '
+                        'the steps of SELECT * FROM postbox.partition_online_steps(INTERVAL) '
+                        'one by one, outside a transaction)', p_table;
+    END IF;
+    IF v_upper <= now() THEN
+        RAISE EXCEPTION 'postbox.%: the bound of its prepared constraint (%) has passed: drop '
+                        'constraint %_partition_range and run init again', p_table, v_upper,
+                        p_table;
+    END IF;
+    -- the old table's indexes and key step aside for the new table's names
+    FOR v_ix IN SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+                WHERE x.indrelid = p_old AND c.relname <> p_table || '_partition_key'
+                  AND NOT x.indisprimary LOOP
+        EXECUTE format('ALTER INDEX postbox.%I RENAME TO %I', v_ix.relname,
+                       left(v_ix.relname, 55) || '_legacy');
+    END LOOP;
+    FOR v_ix IN SELECT conname FROM pg_constraint WHERE conrelid = p_old AND contype = 'p' LOOP
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', p_old, v_ix.conname);
+    END LOOP;
+    EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I PRIMARY KEY USING INDEX %I', p_old,
+                   v_legacy || '_pkey', p_table || '_partition_key');
+    EXECUTE format('ALTER TABLE %s RENAME TO %I', p_old, v_legacy);
+    EXECUTE format('CREATE TABLE postbox.%I (LIKE postbox.%I INCLUDING DEFAULTS INCLUDING IDENTITY '
+                   'INCLUDING COMMENTS INCLUDING GENERATED) PARTITION BY RANGE (%I)',
+                   p_table, v_legacy, p_column);
+    IF p_identity IS NOT NULL THEN
+        EXECUTE format('SELECT last_value, is_called FROM %s',
+                       pg_get_serial_sequence(format('postbox.%I', v_legacy), p_identity))
+            INTO v_seq_last, v_seq_done;
+        PERFORM setval(pg_get_serial_sequence(format('postbox.%I', p_table), p_identity),
+                       v_seq_last, v_seq_done);
+    END IF;
+    EXECUTE format('ALTER TABLE postbox.%I ADD PRIMARY KEY (%s, %I)', p_table, p_pk, p_column);
+    EXECUTE format('ALTER TABLE postbox.%I ATTACH PARTITION postbox.%I FOR VALUES FROM (MINVALUE) '
+                   'TO (%L)', p_table, v_legacy, v_upper);
+    FOR i IN 1 .. coalesce(array_length(p_indexes, 1), 0) LOOP
+        EXECUTE p_indexes[i];  -- matched with the legacy partition's index, not built
+    END LOOP;
+    EXECUTE format('CREATE TABLE postbox.%I PARTITION OF postbox.%I DEFAULT',
+                   p_table || '_default', p_table);
+    INSERT INTO postbox.partitioned_tables (table_name, time_column, every, ahead)
+    VALUES (p_table, p_column, p_every, p_ahead);
+    PERFORM postbox.partitions_create_ahead();
+    FOR v_acl IN SELECT a.grantee, a.privilege_type
+                 FROM pg_class c CROSS JOIN aclexplode(c.relacl) a
+                 WHERE c.oid = p_old AND a.grantee <> c.relowner LOOP
+        EXECUTE format('GRANT %s ON postbox.%I TO %s', v_acl.privilege_type, p_table,
+                       CASE WHEN v_acl.grantee = 0 THEN 'PUBLIC'
+                            ELSE quote_ident(v_acl.grantee::regrole::text) END);
+    END LOOP;
+    IF p_comment IS NOT NULL THEN
+        EXECUTE format('COMMENT ON TABLE postbox.%I IS %L', p_table, p_comment);
+    END IF;
+END
+$$;
+
+-- Switches one table to the partitioned layout. An empty one (`postbox init --partition-by` on a
+-- new schema) is made again: a partitioned table with the same columns, defaults, identity
+-- (going on from the old numbering), comments, indexes, grants and dependent views, the old one
+-- dropped, under a lock held for a moment. One holding rows goes through
+-- partition_attach_legacy (above). The primary key gains the partition column (an id stays
+-- unique: the identity or the outbox's id hands each out once).
 CREATE FUNCTION postbox.partition_table(p_table text, p_column text, p_every interval,
                                         p_ahead integer)
 RETURNS void
@@ -183,10 +325,9 @@ DECLARE
     v_acl      record;
     v_comment  text;
     v_identity text;
-    v_first    timestamptz;
     v_seq_last bigint;
     v_seq_done boolean;
-    v_count    integer;
+    v_has_rows boolean;
     i          integer;
 BEGIN
     SELECT relkind INTO v_kind FROM pg_class WHERE oid = v_old;
@@ -207,13 +348,16 @@ BEGIN
     CROSS JOIN unnest(x.indkey) WITH ORDINALITY AS k(attnum, o)
     JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
     WHERE x.indrelid = v_old AND x.indisprimary;
-    IF EXISTS (SELECT 1 FROM pg_index WHERE indrelid = v_old AND indisunique AND NOT indisprimary)
+    IF EXISTS (SELECT 1 FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+               WHERE x.indrelid = v_old AND x.indisunique AND NOT x.indisprimary
+                 AND c.relname <> p_table || '_partition_key')  -- the online migration's
     THEN
         RAISE EXCEPTION 'postbox.% has a unique index besides its primary key: cannot partition '
                         'it', p_table;
     END IF;
-    SELECT array_agg(pg_get_indexdef(indexrelid)) INTO v_indexes
-    FROM pg_index WHERE indrelid = v_old AND NOT indisprimary;
+    SELECT array_agg(pg_get_indexdef(x.indexrelid)) INTO v_indexes
+    FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
+    WHERE x.indrelid = v_old AND NOT x.indisprimary AND c.relname <> p_table || '_partition_key';
     SELECT array_agg(ARRAY[format('%I.%I', n.nspname, c.relname), pg_get_viewdef(c.oid)])
     INTO v_views
     FROM (SELECT DISTINCT r.ev_class AS oid FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
@@ -234,6 +378,20 @@ BEGIN
         EXECUTE format('DROP VIEW %s', v_views[i][1]);
     END LOOP;
 
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', v_old) INTO v_has_rows;
+    IF v_has_rows THEN
+        PERFORM postbox.partition_attach_legacy(p_table, p_column, p_every, p_ahead, v_old, v_pk,
+                                                v_indexes, v_comment, v_identity);
+        FOR i IN 1 .. coalesce(array_length(v_views, 1), 0) LOOP
+            EXECUTE format('CREATE VIEW %s AS %s', v_views[i][1], v_views[i][2]);
+            FOR v_acl IN SELECT * FROM pb_view_acl WHERE view_name = v_views[i][1] LOOP
+                EXECUTE format('GRANT %s ON %s TO %s', v_acl.privilege, v_views[i][1],
+                               CASE WHEN v_acl.grantee = 0 THEN 'PUBLIC'
+                                    ELSE quote_ident(v_acl.grantee::regrole::text) END);
+            END LOOP;
+        END LOOP;
+        RETURN;
+    END IF;
     EXECUTE format('ALTER TABLE %s RENAME TO %I', v_old, p_table || '_unpartitioned');
     EXECUTE format('CREATE TABLE postbox.%I (LIKE postbox.%I INCLUDING DEFAULTS INCLUDING IDENTITY '
                    'INCLUDING COMMENTS INCLUDING GENERATED INCLUDING CONSTRAINTS) '
@@ -252,22 +410,7 @@ BEGIN
     INSERT INTO postbox.partitioned_tables (table_name, time_column, every, ahead)
     VALUES (p_table, p_column, p_every, p_ahead);
 
-    -- partitions for the rows there are (a year of intervals at most: older rows go to the
-    -- DEFAULT partition, which the purge empties by age), then the copy
-    EXECUTE format('SELECT min(%I) FROM postbox.%I', p_column, p_table || '_unpartitioned')
-        INTO v_first;
-    IF v_first IS NOT NULL THEN
-        v_first := greatest(v_first, now() - 366 * p_every);
-        v_count := 0;
-        WHILE v_first < now() AND v_count < 366 LOOP
-            PERFORM postbox.partition_create(p_table, v_first);
-            v_first := v_first + p_every;
-            v_count := v_count + 1;
-        END LOOP;
-    END IF;
     PERFORM postbox.partitions_create_ahead();
-    EXECUTE format('INSERT INTO postbox.%I OVERRIDING SYSTEM VALUE SELECT * FROM postbox.%I',
-                   p_table, p_table || '_unpartitioned');
 
     -- grants of the old table, then it goes (its index names are free after that)
     FOR v_acl IN SELECT a.grantee, a.privilege_type
@@ -323,6 +466,9 @@ BEGIN
 END
 $$;
 REVOKE EXECUTE ON FUNCTION postbox.partition_tables(interval, integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION postbox.partition_online_steps(interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION postbox.partition_attach_legacy(text, text, interval, integer, regclass,
+                                                           text, text[], text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION postbox.partition_table(text, text, interval, integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION postbox.partition_create(text, timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION postbox.partitions_create_ahead(timestamptz) FROM PUBLIC;

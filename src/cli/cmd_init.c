@@ -142,15 +142,32 @@ static int mark_applied(const pb_cli_t *cli, int version)
     return PB_EXIT_OK;
 }
 
-/* --partition-by: the history tables on the partitioned layout (sql/020). On a schema that has
- * them as single tables already, their rows are copied under an exclusive lock. */
+/* --partition-by: the history tables on the partitioned layout (sql/020). An empty table is
+ * made again partitioned; one holding rows becomes the partition <table>_legacy of the new one
+ * (the online migration: prepared without blocking writers, then a moment's lock). */
 static pb_status_t partition_tables(PGconn *conn, const char *every, pb_error_t *err)
 {
     const char *params[1] = {every};
+    /* tables holding rows: the online migration's preparation (sql/020), one statement at a
+     * time outside a transaction (an index built concurrently), none blocking writers */
+    PGresult *steps = PQexecParams(conn, "SELECT table_name, step FROM "
+                                         "postbox.partition_online_steps($1::interval)",
+                                   1, NULL, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(conn, steps, PGRES_TUPLES_OK, "plan the online migration", err);
+    if (st != PB_OK)
+        return st;
+    for (int i = 0; i < PQntuples(steps) && st == PB_OK; i++) {
+        log_info("init", "postbox.%s holds rows: %s", PQgetvalue(steps, i, 0),
+                 PQgetvalue(steps, i, 1));
+        st = pb_pg_exec(conn, PQgetvalue(steps, i, 1), err);
+    }
+    PQclear(steps);
+    if (st != PB_OK)
+        return st;
     PGresult *res = PQexecParams(conn, "SELECT string_agg(t, ', ') FROM postbox.partition_tables("
                                        "$1::interval) AS t",
                                  1, NULL, params, NULL, NULL, 0);
-    pb_status_t st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "partition the history tables", err);
+    st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "partition the history tables", err);
     if (st != PB_OK)
         return st;
     log_info("init", "partitioned by %s: postbox.{%s} (the janitors make partitions ahead and "
