@@ -165,6 +165,65 @@ BEGIN
 END
 $$;
 
+-- Helpers of the layout switch. The grants of an ACL but its owner's, given on an object made
+-- anew (a table or a view).
+CREATE FUNCTION postbox.partition_grant_acl(p_object text, p_acl aclitem[], p_owner oid)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT a.grantee, a.privilege_type FROM aclexplode(p_acl) a
+             WHERE a.grantee <> p_owner LOOP
+        EXECUTE format('GRANT %s ON %s TO %s', g.privilege_type, p_object,
+                       CASE WHEN g.grantee = 0 THEN 'PUBLIC'
+                            ELSE quote_ident(g.grantee::regrole::text) END);
+    END LOOP;
+END
+$$;
+
+-- The new table's identity goes on from the old one's: dlq commands name rows by id.
+CREATE FUNCTION postbox.partition_identity_follow(p_from text, p_to text, p_column text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+DECLARE
+    v_last bigint;
+    v_called boolean;
+BEGIN
+    EXECUTE format('SELECT last_value, is_called FROM %s',
+                   pg_get_serial_sequence(format('postbox.%I', p_from), p_column))
+        INTO v_last, v_called;
+    PERFORM setval(pg_get_serial_sequence(format('postbox.%I', p_to), p_column), v_last,
+                   v_called);
+END
+$$;
+
+-- What both ways of switching end with: the DEFAULT partition, the table registered with its
+-- partitions ahead, the old table's grants and comment.
+CREATE FUNCTION postbox.partition_finish(p_table text, p_column text, p_every interval,
+                                         p_ahead integer, p_old regclass, p_comment text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('CREATE TABLE postbox.%I PARTITION OF postbox.%I DEFAULT',
+                   p_table || '_default', p_table);
+    INSERT INTO postbox.partitioned_tables (table_name, time_column, every, ahead)
+    VALUES (p_table, p_column, p_every, p_ahead);
+    PERFORM postbox.partitions_create_ahead();
+    PERFORM postbox.partition_grant_acl(format('postbox.%I', p_table), c.relacl, c.relowner)
+    FROM pg_class c WHERE c.oid = p_old;
+    IF p_comment IS NOT NULL THEN
+        EXECUTE format('COMMENT ON TABLE postbox.%I IS %L', p_table, p_comment);
+    END IF;
+END
+$$;
+
 -- The online migration of a table holding rows (`postbox init --partition-by` on a schema in
 -- use): no copy. Beforehand, without blocking writers, init runs partition_online_steps: a CHECK
 -- constraint <table>_partition_range (the time column before a bound a day or more ahead),
@@ -233,9 +292,6 @@ DECLARE
     v_legacy   text := p_table || '_legacy';
     v_upper    timestamptz;
     v_ix       record;
-    v_acl      record;
-    v_seq_last bigint;
-    v_seq_done boolean;
     i          integer;
 BEGIN
     SELECT substring(pg_get_constraintdef(c.oid) FROM '''([^'']*)''')::timestamptz INTO v_upper
@@ -272,11 +328,7 @@ BEGIN
                    'INCLUDING COMMENTS INCLUDING GENERATED) PARTITION BY RANGE (%I)',
                    p_table, v_legacy, p_column);
     IF p_identity IS NOT NULL THEN
-        EXECUTE format('SELECT last_value, is_called FROM %s',
-                       pg_get_serial_sequence(format('postbox.%I', v_legacy), p_identity))
-            INTO v_seq_last, v_seq_done;
-        PERFORM setval(pg_get_serial_sequence(format('postbox.%I', p_table), p_identity),
-                       v_seq_last, v_seq_done);
+        PERFORM postbox.partition_identity_follow(v_legacy, p_table, p_identity);
     END IF;
     EXECUTE format('ALTER TABLE postbox.%I ADD PRIMARY KEY (%s, %I)', p_table, p_pk, p_column);
     EXECUTE format('ALTER TABLE postbox.%I ATTACH PARTITION postbox.%I FOR VALUES FROM (MINVALUE) '
@@ -284,21 +336,7 @@ BEGIN
     FOR i IN 1 .. coalesce(array_length(p_indexes, 1), 0) LOOP
         EXECUTE p_indexes[i];  -- matched with the legacy partition's index, not built
     END LOOP;
-    EXECUTE format('CREATE TABLE postbox.%I PARTITION OF postbox.%I DEFAULT',
-                   p_table || '_default', p_table);
-    INSERT INTO postbox.partitioned_tables (table_name, time_column, every, ahead)
-    VALUES (p_table, p_column, p_every, p_ahead);
-    PERFORM postbox.partitions_create_ahead();
-    FOR v_acl IN SELECT a.grantee, a.privilege_type
-                 FROM pg_class c CROSS JOIN aclexplode(c.relacl) a
-                 WHERE c.oid = p_old AND a.grantee <> c.relowner LOOP
-        EXECUTE format('GRANT %s ON postbox.%I TO %s', v_acl.privilege_type, p_table,
-                       CASE WHEN v_acl.grantee = 0 THEN 'PUBLIC'
-                            ELSE quote_ident(v_acl.grantee::regrole::text) END);
-    END LOOP;
-    IF p_comment IS NOT NULL THEN
-        EXECUTE format('COMMENT ON TABLE postbox.%I IS %L', p_table, p_comment);
-    END IF;
+    PERFORM postbox.partition_finish(p_table, p_column, p_every, p_ahead, p_old, p_comment);
 END
 $$;
 
@@ -321,12 +359,8 @@ DECLARE
     v_pk       text;
     v_indexes  text[];
     v_views    text[][];
-    v_view     record;
-    v_acl      record;
     v_comment  text;
     v_identity text;
-    v_seq_last bigint;
-    v_seq_done boolean;
     v_has_rows boolean;
     i          integer;
 BEGIN
@@ -358,7 +392,8 @@ BEGIN
     SELECT array_agg(pg_get_indexdef(x.indexrelid)) INTO v_indexes
     FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
     WHERE x.indrelid = v_old AND NOT x.indisprimary AND c.relname <> p_table || '_partition_key';
-    SELECT array_agg(ARRAY[format('%I.%I', n.nspname, c.relname), pg_get_viewdef(c.oid)])
+    SELECT array_agg(ARRAY[format('%I.%I', n.nspname, c.relname), pg_get_viewdef(c.oid),
+                           c.relacl::text, c.relowner::text])
     INTO v_views
     FROM (SELECT DISTINCT r.ev_class AS oid FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
           WHERE d.refobjid = v_old AND r.ev_class <> v_old) v
@@ -367,14 +402,8 @@ BEGIN
     SELECT a.attname INTO v_identity FROM pg_attribute a
     WHERE a.attrelid = v_old AND a.attidentity <> '' AND NOT a.attisdropped;
 
-    -- dependent views go first (recreated at the end, with their grants)
-    CREATE TEMP TABLE IF NOT EXISTS pb_view_acl (view_name text, grantee oid, privilege text)
-        ON COMMIT DROP;
+    -- dependent views go first (made again at the end, with their grants)
     FOR i IN 1 .. coalesce(array_length(v_views, 1), 0) LOOP
-        INSERT INTO pb_view_acl
-        SELECT v_views[i][1], a.grantee, a.privilege_type
-        FROM pg_class c CROSS JOIN aclexplode(c.relacl) a
-        WHERE c.oid = v_views[i][1]::regclass AND a.grantee <> c.relowner;
         EXECUTE format('DROP VIEW %s', v_views[i][1]);
     END LOOP;
 
@@ -382,62 +411,46 @@ BEGIN
     IF v_has_rows THEN
         PERFORM postbox.partition_attach_legacy(p_table, p_column, p_every, p_ahead, v_old, v_pk,
                                                 v_indexes, v_comment, v_identity);
-        FOR i IN 1 .. coalesce(array_length(v_views, 1), 0) LOOP
-            EXECUTE format('CREATE VIEW %s AS %s', v_views[i][1], v_views[i][2]);
-            FOR v_acl IN SELECT * FROM pb_view_acl WHERE view_name = v_views[i][1] LOOP
-                EXECUTE format('GRANT %s ON %s TO %s', v_acl.privilege, v_views[i][1],
-                               CASE WHEN v_acl.grantee = 0 THEN 'PUBLIC'
-                                    ELSE quote_ident(v_acl.grantee::regrole::text) END);
-            END LOOP;
-        END LOOP;
-        RETURN;
-    END IF;
-    EXECUTE format('ALTER TABLE %s RENAME TO %I', v_old, p_table || '_unpartitioned');
-    EXECUTE format('CREATE TABLE postbox.%I (LIKE postbox.%I INCLUDING DEFAULTS INCLUDING IDENTITY '
-                   'INCLUDING COMMENTS INCLUDING GENERATED INCLUDING CONSTRAINTS) '
-                   'PARTITION BY RANGE (%I)', p_table, p_table || '_unpartitioned', p_column);
-    IF v_identity IS NOT NULL THEN
-        -- the new identity goes on from where the old one was: dlq commands name rows by id
-        EXECUTE format('SELECT last_value, is_called FROM %s',
-                       pg_get_serial_sequence(format('postbox.%I', p_table || '_unpartitioned'),
-                                              v_identity))
-            INTO v_seq_last, v_seq_done;
-        PERFORM setval(pg_get_serial_sequence(format('postbox.%I', p_table), v_identity),
-                       v_seq_last, v_seq_done);
-    END IF;
-    EXECUTE format('CREATE TABLE postbox.%I PARTITION OF postbox.%I DEFAULT',
-                   p_table || '_default', p_table);
-    INSERT INTO postbox.partitioned_tables (table_name, time_column, every, ahead)
-    VALUES (p_table, p_column, p_every, p_ahead);
-
-    PERFORM postbox.partitions_create_ahead();
-
-    -- grants of the old table, then it goes (its index names are free after that)
-    FOR v_acl IN SELECT a.grantee, a.privilege_type
-                 FROM pg_class c CROSS JOIN aclexplode(c.relacl) a
-                 WHERE c.oid = v_old AND a.grantee <> c.relowner LOOP
-        EXECUTE format('GRANT %s ON postbox.%I TO %s', v_acl.privilege_type, p_table,
-                       CASE WHEN v_acl.grantee = 0 THEN 'PUBLIC'
-                            ELSE quote_ident(v_acl.grantee::regrole::text) END);
-    END LOOP;
-    EXECUTE format('DROP TABLE %s', v_old);
-    IF v_pk IS NOT NULL THEN
-        EXECUTE format('ALTER TABLE postbox.%I ADD PRIMARY KEY (%s, %I)', p_table, v_pk,
-                       p_column);
-    END IF;
-    FOR i IN 1 .. coalesce(array_length(v_indexes, 1), 0) LOOP
-        EXECUTE v_indexes[i];
-    END LOOP;
-    IF v_comment IS NOT NULL THEN
-        EXECUTE format('COMMENT ON TABLE postbox.%I IS %L', p_table, v_comment);
+    ELSE
+        PERFORM postbox.partition_remake_empty(p_table, p_column, p_every, p_ahead, v_old, v_pk,
+                                               v_indexes, v_comment, v_identity);
     END IF;
     FOR i IN 1 .. coalesce(array_length(v_views, 1), 0) LOOP
         EXECUTE format('CREATE VIEW %s AS %s', v_views[i][1], v_views[i][2]);
-        FOR v_acl IN SELECT * FROM pb_view_acl WHERE view_name = v_views[i][1] LOOP
-            EXECUTE format('GRANT %s ON %s TO %s', v_acl.privilege, v_views[i][1],
-                           CASE WHEN v_acl.grantee = 0 THEN 'PUBLIC'
-                                ELSE quote_ident(v_acl.grantee::regrole::text) END);
-        END LOOP;
+        PERFORM postbox.partition_grant_acl(v_views[i][1], v_views[i][3]::aclitem[],
+                                            v_views[i][4]::oid);
+    END LOOP;
+END
+$$;
+
+-- An empty table made again partitioned, under the caller's lock.
+CREATE FUNCTION postbox.partition_remake_empty(p_table text, p_column text, p_every interval,
+                                               p_ahead integer, p_old regclass, p_pk text,
+                                               p_indexes text[], p_comment text,
+                                               p_identity text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+DECLARE
+    i integer;
+BEGIN
+    EXECUTE format('ALTER TABLE %s RENAME TO %I', p_old, p_table || '_unpartitioned');
+    EXECUTE format('CREATE TABLE postbox.%I (LIKE postbox.%I INCLUDING DEFAULTS INCLUDING IDENTITY '
+                   'INCLUDING COMMENTS INCLUDING GENERATED INCLUDING CONSTRAINTS) '
+                   'PARTITION BY RANGE (%I)', p_table, p_table || '_unpartitioned', p_column);
+    IF p_identity IS NOT NULL THEN
+        PERFORM postbox.partition_identity_follow(p_table || '_unpartitioned', p_table,
+                                                  p_identity);
+    END IF;
+    PERFORM postbox.partition_finish(p_table, p_column, p_every, p_ahead, p_old, p_comment);
+    EXECUTE format('DROP TABLE %s', p_old);  -- its index names are free after that
+    IF p_pk IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE postbox.%I ADD PRIMARY KEY (%s, %I)', p_table, p_pk,
+                       p_column);
+    END IF;
+    FOR i IN 1 .. coalesce(array_length(p_indexes, 1), 0) LOOP
+        EXECUTE p_indexes[i];
     END LOOP;
 END
 $$;
@@ -467,6 +480,12 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION postbox.partition_tables(interval, integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION postbox.partition_online_steps(interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION postbox.partition_remake_empty(text, text, interval, integer, regclass,
+                                                          text, text[], text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION postbox.partition_grant_acl(text, aclitem[], oid) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION postbox.partition_finish(text, text, interval, integer, regclass, text)
+    FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION postbox.partition_identity_follow(text, text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION postbox.partition_attach_legacy(text, text, interval, integer, regclass,
                                                            text, text[], text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION postbox.partition_table(text, text, interval, integer) FROM PUBLIC;
