@@ -5,8 +5,9 @@
 -- range-partitioned by the time its retention counts from (published_at, dead_at), one
 -- partition per interval (default one day), created ahead by the janitors, and retention drops
 -- whole partitions. This migration changes no table: it adds the functions, and
--- `postbox init --partition-by INTERVAL` (postbox.partition_tables) switches the layout. The
--- default layout stays as it was.
+-- `postbox init --partition-by INTERVAL` (postbox.partition_tables) switches the layout: an
+-- empty table is made again, one holding rows is attached as a partition without a copy (the
+-- online migration, below). The default layout stays as it was.
 --
 -- Not partitioned, on purpose: postbox.inbox. Its duplicate rule needs (consumer, message_id)
 -- unique across all time, and a partitioned table's unique index must hold the partition key
