@@ -173,6 +173,36 @@ static void check_shard_index(pb_check_ctx_t *ctx)
                      "the claim's index for relay.shards = %s is in place", shards);
 }
 
+/* The partitioned layout (sql/020): the partitions of the current interval and the next exist.
+ * A row without one is not lost (it goes to the DEFAULT partition), but only a DELETE purges
+ * it, and a DEFAULT partition holding rows of an interval stops that partition's creation. */
+static void check_partitions(pb_check_ctx_t *ctx)
+{
+    PGresult *res = pb_check_query(ctx, "schema.partitions", "look up the partitions ahead",
+                                   "SELECT table_name, lower_bound::text, "
+                                   "       (SELECT count(*) FROM postbox.partitioned_tables) "
+                                   "FROM postbox.partitions_missing() "
+                                   "UNION ALL SELECT NULL, NULL, count(*) "
+                                   "FROM postbox.partitioned_tables",
+                                   0, NULL);
+    if (!res)
+        return;
+    int missing = PQntuples(res) - 1;
+    const char *tables = PQgetvalue(res, PQntuples(res) - 1, 2);
+    for (int i = 0; i < missing; i++) {
+        pb_check_finding_t *f = pb_check_add(ctx->r, PB_CHECK_FAIL, "schema.partitions",
+                                             "postbox.%s has no partition for the interval from "
+                                             "%s: its rows would go to the DEFAULT partition",
+                                             PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
+        pb_check_hint(f, "a running relay or consumer makes them every few minutes; or, as the "
+                         "tables' owner: SELECT postbox.partitions_create_ahead()");
+    }
+    if (missing == 0 && strcmp(tables, "0") != 0)
+        pb_check_add(ctx->r, PB_CHECK_OK, "schema.partitions",
+                     "the partitions ahead of the %s partitioned tables are in place", tables);
+    PQclear(res);
+}
+
 void pb_check_schema(pb_check_ctx_t *ctx)
 {
     bool present;
@@ -190,6 +220,7 @@ void pb_check_schema(pb_check_ctx_t *ctx)
     if (!ctx->schema_current)
         return; /* indexes of a schema not (yet) at this binary's version are not judged */
     check_indexes(ctx);
+    check_partitions(ctx);
     if (ctx->sides & PB_CHECK_RELAY)
         check_shard_index(ctx);
 }

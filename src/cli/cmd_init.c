@@ -34,7 +34,8 @@ static void report_emit_lock(pb_emit_lock_t lock, const char *capture)
 
 typedef struct init_args {
     bool print_sql, from_scratch;
-    int64_t mark_applied; /* -1: not asked */
+    int64_t mark_applied;     /* -1: not asked */
+    const char *partition_by; /* --partition-by: the interval (PostgreSQL syntax); NULL: not asked */
 } init_args_t;
 
 static int parse_args(const pb_cli_t *cli, init_args_t *a)
@@ -46,6 +47,12 @@ static int parse_args(const pb_cli_t *cli, init_args_t *a)
             a->print_sql = true;
         } else if (strcmp(cli->args[i], "--from-scratch") == 0) {
             a->from_scratch = true;
+        } else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--partition-by"))) {
+            if (!*v) {
+                pb_args_error("postbox init: --partition-by needs an interval, e.g. \"1 day\"");
+                return PB_EXIT_USAGE;
+            }
+            a->partition_by = v;
         } else if ((v = pb_args_value(cli->args, cli->n_args, &i, "--mark-applied"))) {
             if (!*v || !pb_args_count(v, &a->mark_applied) || a->mark_applied > 1000000) {
                 if (*v)
@@ -61,6 +68,11 @@ static int parse_args(const pb_cli_t *cli, init_args_t *a)
     }
     if (a->from_scratch && !a->print_sql) {
         pb_args_error("postbox init: --from-scratch goes with --print-sql");
+        return PB_EXIT_USAGE;
+    }
+    if (a->partition_by && (a->print_sql || a->mark_applied >= 0 || cli->print_grants)) {
+        pb_args_error("postbox init: --partition-by goes with a plain init (after --print-sql, "
+                      "run SELECT postbox.partition_tables('INTERVAL') by hand)");
         return PB_EXIT_USAGE;
     }
     if (a->print_sql + (a->mark_applied >= 0) + cli->print_grants > 1) {
@@ -130,6 +142,40 @@ static int mark_applied(const pb_cli_t *cli, int version)
     return PB_EXIT_OK;
 }
 
+/* --partition-by: the history tables on the partitioned layout (sql/020). An empty table is
+ * made again partitioned; one holding rows becomes the partition <table>_legacy of the new one
+ * (the online migration: prepared without blocking writers, then a moment's lock). */
+static pb_status_t partition_tables(PGconn *conn, const char *every, pb_error_t *err)
+{
+    const char *params[1] = {every};
+    /* tables holding rows: the online migration's preparation (sql/020), one statement at a
+     * time outside a transaction (an index built concurrently), none blocking writers */
+    PGresult *steps = PQexecParams(conn, "SELECT table_name, step FROM "
+                                         "postbox.partition_online_steps($1::interval)",
+                                   1, NULL, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(conn, steps, PGRES_TUPLES_OK, "plan the online migration", err);
+    if (st != PB_OK)
+        return st;
+    for (int i = 0; i < PQntuples(steps) && st == PB_OK; i++) {
+        log_info("init", "postbox.%s holds rows: %s", PQgetvalue(steps, i, 0),
+                 PQgetvalue(steps, i, 1));
+        st = pb_pg_exec(conn, PQgetvalue(steps, i, 1), err);
+    }
+    PQclear(steps);
+    if (st != PB_OK)
+        return st;
+    PGresult *res = PQexecParams(conn, "SELECT string_agg(t, ', ') FROM postbox.partition_tables("
+                                       "$1::interval) AS t",
+                                 1, NULL, params, NULL, NULL, 0);
+    st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "partition the history tables", err);
+    if (st != PB_OK)
+        return st;
+    log_info("init", "partitioned by %s: postbox.{%s} (the janitors make partitions ahead and "
+                     "drop old ones)", every, PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return PB_OK;
+}
+
 int pb_cmd_init(pb_cli_t *cli)
 {
     init_args_t a;
@@ -157,6 +203,8 @@ int pb_cmd_init(pb_cli_t *cli)
      * relay.shards = 1 only the indexes of other counts are dropped) */
     if (st == PB_OK)
         st = pb_outbox_ensure_shard_index(conn, (int)cli->cfg.relay_shards, &err);
+    if (st == PB_OK && a.partition_by)
+        st = partition_tables(conn, a.partition_by, &err);
     pb_emit_lock_t lock = PB_EMIT_LOCK_ALREADY;
     if (st == PB_OK)
         st = pb_grants_lock_emit_message(conn, &lock, &err);

@@ -40,6 +40,9 @@ static int purge_one(pb_cli_t *cli, PGconn *conn, pb_purge_target_t target, int6
         log_debug("purge", "postbox.%s: batch of %llu rows", pb_purge_table(target),
                   (unsigned long long)rows);
     }
+    if (p.partitioned)
+        printf("postbox.%s: dropped %llu partitions past the retention (partitioned layout)\n",
+               pb_purge_table(target), (unsigned long long)p.partitions_dropped);
     printf("postbox.%s: deleted %llu rows older than %s in %llu batches of at most %d "
            "(longest batch %.0f ms, %.1f s in all)%s\n",
            pb_purge_table(target), (unsigned long long)p.deleted, p.cutoff,

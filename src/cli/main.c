@@ -45,6 +45,8 @@ static void usage(FILE *out)
           "                  for review; it records what it applies, as init does\n"
           "      --mark-applied VERSION  record the migrations up to VERSION as applied\n"
           "                  without running them (applied by hand)\n"
+          "      --partition-by INTERVAL  put published history and the dead-letter tables on\n"
+          "                  the partitioned layout (e.g. \"1 day\"; see README, Partitioned storage)\n"
           "  check           preflight: PostgreSQL version, clock skew, schema version, indexes,\n"
           "                  the role's privileges, cdc settings, slot and replica identity, the\n"
           "                  broker (reachable, credentials, exchange/stream/queue and its bound);\n"

@@ -16,6 +16,9 @@
 
 #define FAC "janitor"
 #define RECONNECT_MS 5000
+/* how often the partitions ahead are made (the partitioned layout, sql/020): the shortest
+ * interval is an hour and `ahead` at least one, so this leaves room for many misses */
+#define PARTITIONS_EVERY_MS (5 * 60 * 1000)
 
 struct pb_janitor {
     pb_janitor_opts_t opts;
@@ -28,6 +31,7 @@ struct pb_janitor {
     bool purging;
     size_t job; /* opts.purges[job] is the one purging or next */
     bool warned; /* a connection failure was logged already */
+    bool partitions; /* opts.make_partitions, until a look found the default layout */
 };
 
 /* Waits until the monotonic deadline or stop; returns false on stop. */
@@ -101,6 +105,40 @@ static void sample(pb_janitor_t *jan)
     pb_metrics_set_delayed(s.delayed, s.cdc_deferred);
 }
 
+/* The partitioned layout: the partitions of the coming intervals exist before rows arrive for
+ * them (a row with none goes to the DEFAULT partition, which only a DELETE empties). Asks the
+ * catalog first, so that the default layout calls nothing it may have no grant for. */
+static void make_partitions(pb_janitor_t *jan)
+{
+    PGresult *res = PQexec(jan->conn,
+                           "SELECT EXISTS (SELECT 1 FROM pg_class c WHERE c.relkind = 'p'"
+                           "  AND c.relnamespace = to_regnamespace('postbox'))");
+    pb_error_t err;
+    if (pb_pg_check(jan->conn, res, PGRES_TUPLES_OK, "partitions ahead", &err) != PB_OK) {
+        log_warn(FAC, "%s", err.msg);
+        if (PQstatus(jan->conn) != CONNECTION_OK)
+            drop_conn(jan);
+        return;
+    }
+    bool partitioned = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    if (!partitioned) {
+        jan->partitions = false; /* a layout is chosen by init, before the start */
+        return;
+    }
+    res = PQexec(jan->conn, "SELECT postbox.partitions_create_ahead()");
+    if (pb_pg_check(jan->conn, res, PGRES_TUPLES_OK, "partitions ahead", &err) != PB_OK) {
+        log_warn(FAC, "%s (rows of a time without a partition go to the DEFAULT one; "
+                      "`postbox check` lists the missing)", err.msg);
+        if (PQstatus(jan->conn) != CONNECTION_OK)
+            drop_conn(jan);
+        return;
+    }
+    if (atoi(PQgetvalue(res, 0, 0)) > 0)
+        log_info(FAC, "made %s partitions ahead", PQgetvalue(res, 0, 0));
+    PQclear(res);
+}
+
 static bool purge_wanted(const pb_janitor_purge_t *j)
 {
     return j->retention_ms > 0 || (j->rules && j->rules->n > 0);
@@ -150,8 +188,9 @@ static bool purge_tick(pb_janitor_t *jan, int64_t *next_purge)
     }
     uint64_t rows;
     if (pb_purge_step(&jan->purge, &rows, &err) != PB_OK) {
-        log_warn(FAC, "retention purge of postbox.%s stopped: %s", pb_purge_table(j->target),
-                 err.msg);
+        log_warn(FAC, "retention purge of postbox.%s stopped (%llu partitions dropped): %s",
+                 pb_purge_table(j->target),
+                 (unsigned long long)jan->purge.partitions_dropped, err.msg);
         next_job(jan, next_purge, RECONNECT_MS);
         if (PQstatus(jan->conn) != CONNECTION_OK)
             drop_conn(jan);
@@ -159,6 +198,9 @@ static bool purge_tick(pb_janitor_t *jan, int64_t *next_purge)
     }
     if (!jan->purge.done)
         return true;
+    if (jan->purge.partitions_dropped)
+        log_info(FAC, "dropped %llu partitions of postbox.%s past their retention",
+                 (unsigned long long)jan->purge.partitions_dropped, pb_purge_table(j->target));
     if (jan->purge.deleted)
         log_info(FAC, "purged %llu rows of postbox.%s older than %s%s in %llu batches (longest "
                       "%.0f ms)",
@@ -176,13 +218,22 @@ static void *janitor_main(void *arg)
     pb_janitor_t *jan = arg;
     const pb_janitor_opts_t *o = &jan->opts;
     int64_t next_sample = pb_monotonic_ms(), next_purge = pb_monotonic_ms();
+    int64_t next_partitions = pb_monotonic_ms();
     for (;;) {
         int64_t now = pb_monotonic_ms();
         int64_t deadline = now + 60000;
-        if (!ensure_conn(jan)) {
+        if (o->sample_interval_ms <= 0 && !any_purge(o) && !jan->partitions) {
+            deadline = now + 3600 * 1000; /* idle until stopped */
+        } else if (!ensure_conn(jan)) {
             deadline = now + RECONNECT_MS;
         } else {
-            if (o->sample_interval_ms > 0 && now >= next_sample) {
+            if (jan->partitions && now >= next_partitions) {
+                make_partitions(jan);
+                next_partitions = now + PARTITIONS_EVERY_MS;
+                if (!jan->partitions && o->sample_interval_ms <= 0 && !any_purge(o))
+                    drop_conn(jan); /* nothing else to do: no connection held */
+            }
+            if (jan->conn && o->sample_interval_ms > 0 && now >= next_sample) {
                 sample(jan);
                 next_sample = now + o->sample_interval_ms;
             }
@@ -190,6 +241,8 @@ static void *janitor_main(void *arg)
             bool busy = jan->conn && purges && purge_tick(jan, &next_purge);
             if (o->sample_interval_ms > 0 && next_sample < deadline)
                 deadline = next_sample;
+            if (jan->partitions && next_partitions < deadline)
+                deadline = next_partitions;
             if (purges) {
                 /* not ready yet: look again soon; purging: next batch at once */
                 int64_t p = busy ? now : (next_purge > now ? next_purge : now + 1000);
@@ -207,11 +260,12 @@ static void *janitor_main(void *arg)
 pb_status_t pb_janitor_start(const pb_janitor_opts_t *opts, pb_janitor_t **out, pb_error_t *err)
 {
     *out = NULL;
-    if (opts->sample_interval_ms <= 0 && !any_purge(opts))
+    if (opts->sample_interval_ms <= 0 && !any_purge(opts) && !opts->make_partitions)
         return PB_OK;
     pb_janitor_t *jan = pb_malloc(sizeof *jan);
     memset(jan, 0, sizeof *jan);
     jan->opts = *opts;
+    jan->partitions = opts->make_partitions;
     while (jan->job < opts->n_purges && !purge_wanted(&opts->purges[jan->job]))
         jan->job++; /* the first table with a retention */
     pthread_mutex_init(&jan->mu, NULL);

@@ -1,7 +1,7 @@
 /* The janitor: one background thread with its own PostgreSQL connection that, for the relay or
  * the consumer, samples the outbox for the metrics (backlog, oldest pending age, dead letters:
  * store/stats.h) and runs the periodic retention purge (store/purge.h) one batch at a time,
- * interleaved with the samples.
+ * interleaved with the samples; on the partitioned layout it makes the partitions ahead.
  *
  * It never touches the owner's connections or state; it purges only while the process is ready
  * (pb_metrics_ready: connected and owning its work), so a standby relay leaves the purge to the
@@ -9,6 +9,7 @@
 #ifndef PB_JANITOR_JANITOR_H
 #define PB_JANITOR_JANITOR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -30,6 +31,9 @@ typedef struct pb_janitor_opts {
     size_t n_purges;
     int64_t purge_interval_ms;  /* between the end of one round of purges and the next */
     const char *consumer;       /* inbox purges: only this consumer's rows (borrowed) */
+    bool make_partitions;       /* the partitioned layout's partitions ahead (sql/020): looked
+                                 * for at start; on the default layout this alone keeps no
+                                 * connection open */
 } pb_janitor_opts_t;
 
 typedef struct pb_janitor pb_janitor_t;

@@ -132,6 +132,18 @@ static const grant_t grants[] = {
      false},
     {PB_GRANTS_CONSUMER, "SELECT, INSERT, DELETE", "postbox.inbox_dead", NULL, false},
     {PB_GRANTS_CONSUMER, "SELECT", "postbox.schema_migrations", NULL, false},
+    {PB_GRANTS_RELAY, "EXECUTE", "FUNCTION postbox.partitions_create_ahead(timestamptz)",
+     "-- the partitioned layout (init --partition-by): the janitors make partitions ahead and\n"
+     "-- drop old ones through these (SECURITY DEFINER: the tables' owner does it)\n",
+     false},
+    {PB_GRANTS_RELAY, "EXECUTE", "FUNCTION postbox.partitions_drop_before(text, timestamptz)",
+     NULL, false},
+    {PB_GRANTS_RELAY, "EXECUTE",
+     "FUNCTION postbox.partitions_purge_default(text, timestamptz, integer)", NULL, false},
+    {PB_GRANTS_CONSUMER, "EXECUTE", "FUNCTION postbox.partitions_create_ahead(timestamptz)", NULL,
+     false},
+    {PB_GRANTS_CONSUMER, "EXECUTE", "FUNCTION postbox.partitions_drop_before(text, timestamptz)",
+     NULL, false},
 };
 
 static const char *section_roles(pb_grant_section_t section)

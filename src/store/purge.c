@@ -85,21 +85,41 @@ static const char purge_inbox_sequences_sql[] =
 
 /* Dead letters: the first rule whose LIKE pattern matches the type gives the row's age
  * ($3 patterns, $4 ages in ms, in rule order), else the default ($2); age 0 keeps the row.
- * $1 is the purge's start. Dead letters are few: no index on dead_at is needed. */
-#define DEAD_AGE(type_column)                                                                  \
+ * $1 is the purge's start. Dead letters are few: no index on dead_at is needed. On the
+ * partitioned layout (the boolean parameter `partitioned`) whole partitions go at the longest
+ * age (drop_partitions_sql): the DELETE takes only the rows of a shorter age and those of the
+ * DEFAULT partition. */
+#define DEAD_AGE(type_column, partitioned, table)                                              \
     "  LEFT JOIN LATERAL (SELECT r.age FROM unnest($3::text[], $4::bigint[]) WITH ORDINALITY"  \
     "      AS r(pat, age, o) WHERE " type_column " LIKE r.pat ORDER BY r.o LIMIT 1) m ON true" \
     "  WHERE coalesce(m.age, $2::bigint) > 0"                                                   \
-    "    AND d.dead_at < $1::timestamptz - coalesce(m.age, $2::bigint) * interval '1 millisecond'"
+    "    AND d.dead_at < $1::timestamptz - coalesce(m.age, $2::bigint) * interval '1 millisecond'" \
+    "    AND (NOT " partitioned "::boolean"                                                     \
+    "         OR d.tableoid = to_regclass('postbox." table "_default')"                         \
+    "         OR coalesce(m.age, $2::bigint) < (SELECT max(a) FROM unnest($4::bigint[] || $2::bigint) a))"
 static const char purge_dead_letters_sql[] =
     "DELETE FROM postbox.dead_letters WHERE id IN ("
-    "  SELECT d.id FROM postbox.dead_letters d" DEAD_AGE("d.event_type")
+    "  SELECT d.id FROM postbox.dead_letters d" DEAD_AGE("d.event_type", "$6", "dead_letters")
     "  LIMIT $5::integer)";
 static const char purge_inbox_dead_sql[] =
     "DELETE FROM postbox.inbox_dead WHERE id IN ("
-    "  SELECT d.id FROM postbox.inbox_dead d" DEAD_AGE("d.message_type")
+    "  SELECT d.id FROM postbox.inbox_dead d" DEAD_AGE("d.message_type", "$7", "inbox_dead")
     "    AND ($6::text IS NULL OR d.consumer = $6::text)"
     "  LIMIT $5::integer)";
+
+/* The partitioned layout (sql/020): published history keeps only the rows of its DEFAULT
+ * partition (times no partition covered) for the DELETE; whole partitions are dropped. */
+static const char purge_outbox_default_sql[] =
+    "SELECT postbox.partitions_purge_default('outbox_published', $1::timestamptz, $2::integer)";
+/* Drops the partitions whose whole interval is older than the longest age ($2 the purge's
+ * start, $3 the default age in ms, $4 the rules' ages); none while an age of 0 keeps rows. */
+static const char drop_partitions_sql[] =
+    "SELECT CASE WHEN 0 = ANY(s.a) THEN 0 ELSE postbox.partitions_drop_before($1,"
+    "    $2::timestamptz - (SELECT max(x) FROM unnest(s.a) x) * interval '1 millisecond') END "
+    "FROM (SELECT $4::bigint[] || $3::bigint AS a) s";
+static const char is_partitioned_sql[] =
+    "SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid = to_regclass('postbox.' || $1)"
+    "               AND relkind = 'p')";
 
 const char *pb_purge_table(pb_purge_target_t target)
 {
@@ -121,9 +141,11 @@ const char *pb_purge_table(pb_purge_target_t target)
 }
 
 /* The statement of a target purged by its cutoff alone ($1 cutoff, $2 batch, $3 consumer). */
-static const char *purge_sql(pb_purge_target_t target)
+static const char *purge_sql(pb_purge_target_t target, bool partitioned)
 {
     switch (target) {
+    case PB_PURGE_OUTBOX:
+        return partitioned ? purge_outbox_default_sql : purge_outbox_sql;
     case PB_PURGE_INBOX:
         return purge_inbox_sql;
     case PB_PURGE_AGGREGATE_SEQUENCES:
@@ -139,6 +161,40 @@ static const char *purge_sql(pb_purge_target_t target)
 static bool dead_target(pb_purge_target_t target)
 {
     return target == PB_PURGE_DEAD_LETTERS || target == PB_PURGE_INBOX_DEAD;
+}
+
+/* Whether the table is on the partitioned layout (asked of the catalog, so that it works on
+ * any schema version and needs no grant). */
+static pb_status_t detect_partitions(pb_purge_t *p, pb_error_t *err)
+{
+    if (p->target != PB_PURGE_OUTBOX && !dead_target(p->target))
+        return PB_OK;
+    const char *params[1] = {pb_purge_table(p->target)};
+    PGresult *res = PQexecParams(p->conn, is_partitioned_sql, 1, NULL, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(p->conn, res, PGRES_TUPLES_OK, "purge: table layout", err);
+    if (st != PB_OK)
+        return st;
+    p->partitioned = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    return PB_OK;
+}
+
+/* The partitioned layout's retention: whole partitions first, once per purge. */
+static pb_status_t drop_partitions(pb_purge_t *p, pb_error_t *err)
+{
+    char age[24];
+    snprintf(age, sizeof age, "%lld", (long long)p->older_than_ms);
+    bool rules = p->rules && p->rules->n;
+    const char *params[4] = {pb_purge_table(p->target), p->asof, age,
+                             rules ? p->rules->ages.data : "{}"};
+    PGresult *res = PQexecParams(p->conn, drop_partitions_sql, 4, NULL, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(p->conn, res, PGRES_TUPLES_OK, "purge: drop partitions", err);
+    if (st != PB_OK)
+        return st;
+    p->partitions_dropped = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    p->partitions_checked = true;
+    return PB_OK;
 }
 
 pb_status_t pb_purge_begin(pb_purge_t *p, PGconn *conn, pb_purge_target_t target,
@@ -165,7 +221,7 @@ pb_status_t pb_purge_begin(pb_purge_t *p, PGconn *conn, pb_purge_target_t target
     snprintf(p->cutoff, sizeof p->cutoff, "%s", PQgetvalue(res, 0, 0));
     snprintf(p->asof, sizeof p->asof, "%s", PQgetvalue(res, 0, 1));
     PQclear(res);
-    return PB_OK;
+    return detect_partitions(p, err);
 }
 
 pb_status_t pb_purge_step(pb_purge_t *p, uint64_t *rows, pb_error_t *err)
@@ -173,6 +229,11 @@ pb_status_t pb_purge_step(pb_purge_t *p, uint64_t *rows, pb_error_t *err)
     *rows = 0;
     if (p->done)
         return PB_OK;
+    if (p->partitioned && !p->partitions_checked) {
+        pb_status_t st = drop_partitions(p, err);
+        if (st != PB_OK)
+            return st;
+    }
     char batch[16], age[24];
     snprintf(batch, sizeof batch, "%d", p->batch);
     snprintf(age, sizeof age, "%lld", (long long)p->older_than_ms);
@@ -181,22 +242,26 @@ pb_status_t pb_purge_step(pb_purge_t *p, uint64_t *rows, pb_error_t *err)
     PGresult *res;
     if (dead_target(p->target)) {
         bool consumer = p->target == PB_PURGE_INBOX_DEAD, rules = p->rules && p->rules->n;
-        const char *params[6] = {p->asof, age, rules ? p->rules->like.data : "{}",
-                                 rules ? p->rules->ages.data : "{}", batch, p->consumer};
+        const char *partitioned = p->partitioned ? "t" : "f";
+        const char *params[7] = {p->asof, age, rules ? p->rules->like.data : "{}",
+                                 rules ? p->rules->ages.data : "{}", batch,
+                                 consumer ? p->consumer : partitioned, partitioned};
         res = PQexecParams(p->conn, consumer ? purge_inbox_dead_sql : purge_dead_letters_sql,
-                           consumer ? 6 : 5, NULL, params, NULL, NULL, 0);
+                           consumer ? 7 : 6, NULL, params, NULL, NULL, 0);
     } else {
         const char *params[3] = {p->cutoff, batch, p->consumer};
         bool by_consumer = inbox || p->target == PB_PURGE_INBOX_SEQUENCES;
-        res = PQexecParams(p->conn, purge_sql(p->target), by_consumer ? 3 : 2, NULL, params,
+        res = PQexecParams(p->conn, purge_sql(p->target, p->partitioned), by_consumer ? 3 : 2, NULL, params,
                            NULL, NULL, 0);
     }
-    pb_status_t st = pb_pg_check(p->conn, res, inbox ? PGRES_TUPLES_OK : PGRES_COMMAND_OK,
+    /* the inbox's and the DEFAULT partition's statements return the count as a row */
+    bool counted = inbox || (p->partitioned && p->target == PB_PURGE_OUTBOX);
+    pb_status_t st = pb_pg_check(p->conn, res, counted ? PGRES_TUPLES_OK : PGRES_COMMAND_OK,
                                  "purge", err);
     if (st != PB_OK)
         return st;
     double ms = (double)(pb_wall_us() - t0) / 1000.0;
-    *rows = strtoull(inbox ? PQgetvalue(res, 0, 0) : PQcmdTuples(res), NULL, 10);
+    *rows = strtoull(counted ? PQgetvalue(res, 0, 0) : PQcmdTuples(res), NULL, 10);
     PQclear(res);
     p->deleted += *rows;
     p->batches++;

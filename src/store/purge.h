@@ -12,6 +12,12 @@
  * rows (postbox.aggregate_sequences, postbox.inbox_sequences): those of aggregates idle since the
  * cutoff, on the conditions sql/018 gives (no pending event; no purged number received since).
  *
+ * The partitioned layout (sql/020, `postbox init --partition-by`): published history and the
+ * dead-letter tables lose whole partitions instead, those whose interval ended before the
+ * cutoff (dead letters: before the longest of their ages; none while an age of 0 keeps rows),
+ * in the first step; the DELETE then takes only what the partitions cannot: rows of the DEFAULT
+ * partition, and dead letters whose type's age is shorter than the longest.
+ *
  * Usage: pb_purge_begin fixes the cutoff (now() - older_than on the server's clock), then
  * pb_purge_step deletes one batch per call until *done: callers interleave other work (the
  * relay's janitor samples metrics between batches) or stop between batches. */
@@ -49,6 +55,9 @@ typedef struct pb_purge {
     uint64_t deleted;      /* rows so far */
     uint64_t batches;      /* statements so far */
     double max_batch_ms;   /* longest batch so far */
+    bool partitioned;        /* the table is on the partitioned layout (sql/020) */
+    bool partitions_checked; /* partitioned: the old partitions were dropped (first step) */
+    uint64_t partitions_dropped;
     bool done;
 } pb_purge_t;
 

@@ -151,9 +151,16 @@ psql -XAtq -v ON_ERROR_STOP=1 -d "$PB_ADMIN_DSN" -c "SET client_min_messages = w
     -c "DROP DATABASE IF EXISTS $PB_DB WITH (FORCE)" -c "CREATE DATABASE $PB_DB" >/dev/null ||
     fail "cannot create database $PB_DB (is PostgreSQL running? scripts/services start)"
 
-pb_init() { # postbox init; fails the test when it fails
-    local out
-    out=$("$POSTBOX_BIN" init 2>&1) || fail "postbox init failed: $out"
+# pb_init: postbox init; fails the test when it fails. With POSTBOX_TEST_PARTITION_BY (an
+# interval, set by the `partitioned` CTest label's copies of key tests) the schema gets the
+# partitioned layout (init --partition-by), so the same test runs on both layouts.
+pb_init() {
+    local out args=()
+    [[ -z ${POSTBOX_TEST_PARTITION_BY:-} ]] || args=(--partition-by "$POSTBOX_TEST_PARTITION_BY")
+    out=$("$POSTBOX_BIN" init "${args[@]}" 2>&1) || fail "postbox init failed: $out"
+    [[ -z ${POSTBOX_TEST_PARTITION_BY:-} ]] ||
+        [[ $(psql_q "SELECT relkind FROM pg_class WHERE oid = 'postbox.outbox_published'::regclass") == p ]] ||
+        fail "postbox init --partition-by left postbox.outbox_published unpartitioned"
 }
 
 # ---- least-privilege roles ------------------------------------------------------------------
