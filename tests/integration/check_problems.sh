@@ -89,8 +89,9 @@ expect_healthy index-mended
 latest=$(psql_q "SELECT max(version) FROM postbox.schema_migrations")
 row=$(psql_q "SELECT name FROM postbox.schema_migrations WHERE version = $latest")
 psql_q "DELETE FROM postbox.schema_migrations WHERE version = $latest"
+prev=$(psql_q "SELECT max(version) FROM postbox.schema_migrations")  # versions may skip a number
 relay_check migration -- --relay
-expect_problem migration schema.version "at version $((latest - 1)), this postbox needs $latest: 1 migration pending \\($row\\)"
+expect_problem migration schema.version "at version $prev, this postbox needs $latest: 1 migration pending \\($row\\)"
 psql_q "INSERT INTO postbox.schema_migrations (version, name) VALUES ($latest, '$row')"
 
 # ---- grants revoked from the group roles --------------------------------------------------------
