@@ -286,22 +286,35 @@ static pb_status_t fb_keepalive(pb_capture_t *cap, pb_error_t *err)
     return f->active->ops->keepalive(f->active, err);
 }
 
+static pb_status_t switch_if_due(fallback_capture_t *f, pb_error_t *err);
+
 static pb_status_t fb_tick(pb_capture_t *cap, pb_error_t *err)
 {
     fallback_capture_t *f = (fallback_capture_t *)cap;
     pb_status_t st = f->active->ops->tick(f->active, err);
     if (st != PB_OK || f->out)
         return st;
+    const pb_capture_ops_t *before = cap->ops; /* changes with the active capture */
+    if ((st = switch_if_due(f, err)) != PB_OK || cap->ops == before)
+        return st;
+    /* the driver goes on to next in this round: the new capture must be connected by then */
+    return f->active->ops->connect(f->active, err);
+}
+
+static pb_status_t switch_if_due(fallback_capture_t *f, pb_error_t *err)
+{
+    const pb_config_t *cfg = f->base.cfg;
+    pb_status_t st;
     switch (f->phase) {
     case PHASE_CDC:
         return pb_capture_cdc_over_limit(f->active) ? fall_back(f, err) : PB_OK;
     case PHASE_POLL:
         if (!f->slot_dropped) {
-            st = pb_cdc_fallback_drop_slot(f->conn, cap->cfg->cdc_slot, err);
+            st = pb_cdc_fallback_drop_slot(f->conn, cfg->cdc_slot, err);
             f->slot_dropped = st == PB_OK;
             return st == PB_TRANSIENT ? PB_OK : st;
         }
-        if (f->caught_up && pb_monotonic_ms() - f->since_ms >= cap->cfg->cdc_lag_interval)
+        if (f->caught_up && pb_monotonic_ms() - f->since_ms >= cfg->cdc_lag_interval)
             return try_return(f, err);
         return PB_OK;
     case PHASE_RETURNING:
