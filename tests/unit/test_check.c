@@ -102,7 +102,8 @@ static void schema_version(void **state)
     assert_false(pb_judge_schema(&r, false, 0));
     expect(only(&r, "schema.version"), PB_CHECK_FAIL, "not installed");
     pb_check_report_free(&r);
-    assert_false(pb_judge_schema(&r, true, latest - 2));
+    /* two behind: the version before the last two migrations (numbers may have gaps) */
+    assert_false(pb_judge_schema(&r, true, pb_migrations[pb_migration_count - 3].version));
     expect(only(&r, "schema.version"), PB_CHECK_FAIL, "2 migrations pending");
     assert_non_null(strstr(r.items[0].message, pb_migrations[pb_migration_count - 1].name));
     assert_non_null(strstr(r.items[0].hint, "--print-sql"));
