@@ -90,7 +90,8 @@ latest=$(psql_q "SELECT max(version) FROM postbox.schema_migrations")
 row=$(psql_q "SELECT name FROM postbox.schema_migrations WHERE version = $latest")
 psql_q "DELETE FROM postbox.schema_migrations WHERE version = $latest"
 relay_check migration -- --relay
-expect_problem migration schema.version "at version $((latest - 1)), this postbox needs $latest: 1 migration pending \\($row\\)"
+prev=$(psql_q "SELECT max(version) FROM postbox.schema_migrations") # numbers may have gaps
+expect_problem migration schema.version "at version $prev, this postbox needs $latest: 1 migration pending \\($row\\)"
 psql_q "INSERT INTO postbox.schema_migrations (version, name) VALUES ($latest, '$row')"
 
 # ---- grants revoked from the group roles --------------------------------------------------------

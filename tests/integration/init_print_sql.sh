@@ -13,7 +13,11 @@
 source "$(dirname "$0")/lib.sh"
 
 setup_queue '#'
-latest=$(ls "$POSTBOX_SOURCE_DIR"/sql/[0-9][0-9][0-9]_*.sql | sed -n '$s|.*/0*\([0-9]*\)_.*|\1|p')
+# the migrations' versions, in order (numbers may have gaps: each branch is given its own)
+mapfile -t versions < <(ls "$POSTBOX_SOURCE_DIR"/sql/[0-9][0-9][0-9]_*.sql | sed 's|.*/0*\([0-9]*\)_.*|\1|')
+n_migrations=${#versions[@]}
+latest=${versions[n_migrations - 1]}
+prev=${versions[n_migrations - 2]}
 apply() { # FILE: the script through psql, as a DBA would run it
     psql -X -q -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" -f "$1" >"$PB_TMP/psql.out" 2>&1
 }
@@ -28,7 +32,7 @@ schema_current() { # NAME: postbox check says the schema is current
 
 # ---- 1. a fresh database ------------------------------------------------------------------------
 "$POSTBOX_BIN" init --print-sql >"$PB_TMP/all.sql" || fail "init --print-sql failed"
-grep -q "^-- From schema version 0 to $latest: $latest migrations" "$PB_TMP/all.sql" ||
+grep -q "^-- From schema version 0 to $latest: $n_migrations migrations" "$PB_TMP/all.sql" ||
     fail "the script does not say what it applies: $(head -3 "$PB_TMP/all.sql")"
 "$POSTBOX_BIN" init --print-sql --from-scratch --dsn 'host=/nonexistent dbname=none' >"$PB_TMP/scratch.sql" ||
     fail "init --print-sql --from-scratch asked the database"
@@ -36,7 +40,7 @@ cmp -s "$PB_TMP/all.sql" "$PB_TMP/scratch.sql" || fail "--from-scratch differs f
 [[ $(psql_q "SELECT to_regnamespace('postbox') IS NULL") == t ]] || fail "--print-sql changed the database"
 apply "$PB_TMP/all.sql" || fail "psql could not apply the script: $(tail -5 "$PB_TMP/psql.out")"
 [[ $(psql_q "SELECT string_agg(version::text, ',' ORDER BY version) FROM postbox.schema_migrations") == \
-    "$(seq -s, 1 "$latest")" ]] || fail "the script did not record versions 1..$latest"
+    "$(IFS=,; echo "${versions[*]}")" ]] || fail "the script did not record versions ${versions[*]}"
 schema_current fresh
 
 # the same schema as postbox init makes in another database
@@ -67,7 +71,7 @@ say "(guard) applied again: $(grep -o 'postbox: this script.*' "$PB_TMP/psql.out
 schema_current guard
 
 # ---- 3. a pending migration -----------------------------------------------------------------------
-# a database at version latest - 1, built from the migration files as psql would apply them (a
+# a database at the version before the latest, built from the migration files as psql would apply them (a
 # migration need not be re-runnable: only a schema that really lacks it can take it)
 name=$(psql_q "SELECT name FROM postbox.schema_migrations WHERE version = $latest")
 main_dsn=$POSTBOX_PG_DSN
@@ -84,12 +88,12 @@ psql -XAtq -v ON_ERROR_STOP=1 -1 -d "$POSTBOX_PG_DSN" -c "SET client_min_message
     -c "CREATE SCHEMA postbox" \
     -c "CREATE TABLE postbox.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())" \
     "${files[@]}" \
-    -c "INSERT INTO postbox.schema_migrations (version, name) SELECT v, 'v' || v FROM generate_series(1, $((latest - 1))) v" >/dev/null ||
-    fail "cannot build a schema at version $((latest - 1))"
+    -c "INSERT INTO postbox.schema_migrations (version, name) SELECT v, 'v' || v FROM unnest('{$(IFS=,; echo "${versions[*]}")}'::int[]) v WHERE v < $latest" >/dev/null ||
+    fail "cannot build a schema at version $prev"
 "$POSTBOX_BIN" init --print-sql >"$PB_TMP/pending.sql" || fail "init --print-sql failed"
 grep -q "^-- ---- migration $name ----" "$PB_TMP/pending.sql" || fail "the script lacks $name"
 (($(grep -c '^-- ---- migration ' "$PB_TMP/pending.sql") == 1)) || fail "the script holds more than $name"
-grep -q "<> $((latest - 1)) THEN" "$PB_TMP/pending.sql" || fail "the script is not guarded by version $((latest - 1))"
+grep -q "<> $prev THEN" "$PB_TMP/pending.sql" || fail "the script is not guarded by version $prev"
 apply "$PB_TMP/pending.sql" || fail "psql could not apply the pending migration: $(tail -5 "$PB_TMP/psql.out")"
 schema_current pending
 out=$("$POSTBOX_BIN" init --print-sql) || fail "init --print-sql failed"
@@ -97,7 +101,7 @@ grep -q "nothing to apply" <<<"$out" || fail "a current schema still has somethi
 export POSTBOX_PG_DSN=$main_dsn
 
 # ---- 4. --mark-applied -----------------------------------------------------------------------------
-psql_q "DELETE FROM postbox.schema_migrations WHERE version >= $((latest - 1))"
+psql_q "DELETE FROM postbox.schema_migrations WHERE version >= $prev"
 out=$("$POSTBOX_BIN" init --mark-applied "$latest" 2>"$PB_TMP/mark.err") || fail "init --mark-applied failed: $(cat "$PB_TMP/mark.err")"
 [[ $out == "schema postbox at version $latest (marked 2 migrations as applied, none run)" ]] ||
     fail "unexpected output of --mark-applied: $out"
