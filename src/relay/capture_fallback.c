@@ -35,6 +35,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/retry.h"
+#include "metrics/metrics.h"
 #include "relay/capture.h"
 #include "store/cdc_fallback.h"
 #include "store/pg.h"
@@ -96,6 +97,7 @@ static pb_status_t enter_poll(fallback_capture_t *f, const char *reason, pb_erro
     end_return(f);
     f->phase = PHASE_POLL;
     f->base.ops = &fallback_poll_ops;
+    pb_metrics_set_cdc_fallback(slot, true);
     f->caught_up = false;
     f->since_ms = pb_monotonic_ms();
     log_warn(FAC, "capture poll active (cdc.on_excess_lag = poll): %s; replication slot \"%s\" "
@@ -185,6 +187,7 @@ static pb_status_t finish_return(fallback_capture_t *f, pb_error_t *err)
     end_return(f);
     f->phase = PHASE_CDC;
     f->base.ops = &fallback_cdc_ops;
+    pb_metrics_set_cdc_fallback(f->base.cfg->cdc_slot, false);
     log_info(FAC, "capture cdc active again: every row pending in the new slot's snapshot is "
                   "published; streaming replication slot \"%s\" from its consistent point",
              f->base.cfg->cdc_slot);
@@ -222,6 +225,8 @@ static pb_status_t fb_connect(pb_capture_t *cap, pb_error_t *err)
             f->conn = NULL;
             return st;
         }
+        if (!f->known && f->phase == PHASE_CDC)
+            pb_metrics_set_cdc_fallback(cap->cfg->cdc_slot, false);
         f->known = true;
     }
     return f->active->ops->connect(f->active, err);

@@ -18,6 +18,7 @@
 # On a PostgreSQL of the test's own: the WAL of other tests would count in the lag.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/exactly_once_lib.sh" # check_in_order
+command -v curl >/dev/null || fail "curl is missing (scripts/install-deps)"
 
 N_AGG=20
 LIMIT=1MB
@@ -27,8 +28,10 @@ export POSTBOX_CONSUME_HANDLER="INSERT INTO applied (agg, seq, n)
     VALUES (\$1::jsonb->>'agg', (\$1::jsonb->>'seq')::int, 1)
     ON CONFLICT (agg, seq) DO UPDATE SET n = applied.n + 1"
 export POSTBOX_RELAY_BACKOFF_BASE=200ms POSTBOX_RELAY_BACKOFF_CAP=500ms POSTBOX_RELAY_MAX_ATTEMPTS=100000
+PORT=$(free_port)
 RELAY_ARGS=(--capture cdc --set cdc.on_excess_lag=poll --set cdc.max_slot_lag=$LIMIT
-    --set cdc.lag_interval=3s --set relay.batch_size=50)
+    --set cdc.lag_interval=3s --set relay.batch_size=50 --set metrics.listen=127.0.0.1:$PORT)
+fallback_metric() { curl -sf "http://127.0.0.1:$PORT/metrics" | sed -n "s/^postbox_cdc_fallback_active{slot=\"$POSTBOX_CDC_SLOT\"} //p"; }
 : >"$CONSUMER_LOG"
 
 use_private_pg
@@ -76,6 +79,7 @@ grep -q 'is over cdc.max_slot_lag' "$PB_RELAY_LOG" || fail "the relay did not wa
 [[ -z $(slot_confirmed_lsn) ]] || fail "the slot still exists after the fallback"
 [[ $(psql_q "SELECT count(*) FROM postbox.cdc_fallback WHERE slot_name = '$POSTBOX_CDC_SLOT'") == 1 ]] ||
     fail "no row in postbox.cdc_fallback"
+[[ $(fallback_metric) == 1 ]] || fail "postbox_cdc_fallback_active is '$(fallback_metric)' in the fallback, expected 1"
 i0=$(inbox_count)
 wait_until "((\$(inbox_count) > i0 + 100))" 30 || fail "events do not flow in the fallback (inbox $(inbox_count))"
 
@@ -111,6 +115,7 @@ wait_until 'grep -q "capture cdc active again" "$PB_RELAY_LOG"' 60 || fail "the 
 wait_until '(($(grep -c "streaming slot" "$PB_RELAY_LOG") >= 2))' 30 || fail "the relay does not stream the new slot"
 say "returned: $(grep -m1 'capture cdc active again' "$PB_RELAY_LOG" | cut -c1-200)"
 [[ $(psql_q "SELECT count(*) FROM postbox.cdc_fallback") == 0 ]] || fail "postbox.cdc_fallback still holds the slot"
+[[ $(fallback_metric) == 0 ]] || fail "postbox_cdc_fallback_active is '$(fallback_metric)' after the return, expected 0"
 i0=$(inbox_count)
 wait_until "((\$(inbox_count) > i0 + 200))" 30 || fail "events do not flow after the return"
 touch "$PB_TMP/stop"
