@@ -171,6 +171,21 @@ static pb_status_t try_return(fallback_capture_t *f, pb_error_t *err)
     return PB_OK;
 }
 
+/* The cdc capture takes over (the fallback row is gone). */
+static pb_status_t become_cdc(fallback_capture_t *f, const char *why, pb_error_t *err)
+{
+    pb_status_t st = replace_active(f, true, err);
+    if (st != PB_OK)
+        return st;
+    end_return(f);
+    f->phase = PHASE_CDC;
+    f->base.ops = &fallback_cdc_ops;
+    pb_metrics_set_cdc_fallback(f->base.cfg->cdc_slot, false);
+    log_info(FAC, "capture cdc active again: %s; streaming replication slot \"%s\"", why,
+             f->base.cfg->cdc_slot);
+    return PB_OK;
+}
+
 /* returning -> cdc, once every row of the snapshot is published. */
 static pb_status_t finish_return(fallback_capture_t *f, pb_error_t *err)
 {
@@ -182,16 +197,22 @@ static pb_status_t finish_return(fallback_capture_t *f, pb_error_t *err)
         return st;
     if ((st = pb_cdc_fallback_leave(f->conn, f->base.cfg->cdc_slot, err)) != PB_OK)
         return st;
-    if ((st = replace_active(f, true, err)) != PB_OK)
+    return become_cdc(f, "every row pending in the new slot's snapshot is published, the stream "
+                         "starts at its consistent point",
+                      err);
+}
+
+/* poll -> cdc when another relay of the slot ended the fallback (its row is gone). */
+static pb_status_t follow_return(fallback_capture_t *f, bool *followed, pb_error_t *err)
+{
+    bool active;
+    pb_status_t st = pb_cdc_fallback_active(f->conn, f->base.cfg->cdc_slot, &active, err);
+    *followed = st == PB_OK && !active;
+    if (!*followed)
         return st;
-    end_return(f);
-    f->phase = PHASE_CDC;
-    f->base.ops = &fallback_cdc_ops;
-    pb_metrics_set_cdc_fallback(f->base.cfg->cdc_slot, false);
-    log_info(FAC, "capture cdc active again: every row pending in the new slot's snapshot is "
-                  "published; streaming replication slot \"%s\" from its consistent point",
-             f->base.cfg->cdc_slot);
-    return PB_OK;
+    if ((st = stop_active(f, err)) != PB_OK)
+        return st;
+    return become_cdc(f, "another relay of the slot ended the fallback", err);
 }
 
 /* ---- the capture interface: the active capture's, with the switches ---------------------- */
@@ -220,6 +241,8 @@ static pb_status_t fb_connect(pb_capture_t *cap, pb_error_t *err)
             st = enter_poll(f, "the relay was in its poll fallback", err);
         else if (st == PB_OK && active && !f->known) /* a return under way is started over */
             st = enter_poll(f, "the relay was in its poll fallback", err);
+        else if (st == PB_OK && f->phase != PHASE_CDC) /* ended by another relay of the slot */
+            st = become_cdc(f, "another relay of the slot ended the fallback", err);
         if (st != PB_OK) {
             PQfinish(f->conn);
             f->conn = NULL;
@@ -319,8 +342,11 @@ static pb_status_t switch_if_due(fallback_capture_t *f, pb_error_t *err)
             f->slot_dropped = st == PB_OK;
             return st == PB_TRANSIENT ? PB_OK : st;
         }
-        if (f->caught_up && pb_monotonic_ms() - f->since_ms >= cfg->cdc_lag_interval)
-            return try_return(f, err);
+        if (f->caught_up && pb_monotonic_ms() - f->since_ms >= cfg->cdc_lag_interval) {
+            bool followed;
+            st = follow_return(f, &followed, err);
+            return st != PB_OK || followed ? st : try_return(f, err);
+        }
         return PB_OK;
     case PHASE_RETURNING:
         return finish_return(f, err);
