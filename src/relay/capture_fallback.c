@@ -378,40 +378,32 @@ static void fb_free(pb_capture_t *cap)
     free(f);
 }
 
+/* The calls of both tables: only the name and the retry rule differ. */
+#define FALLBACK_CALLS           \
+    .connect = fb_connect,       \
+    .connected = fb_connected,   \
+    .disconnect = fb_disconnect, \
+    .ready = fb_ready,           \
+    .next = fb_next,             \
+    .overlap = fb_overlap,       \
+    .settle = fb_settle,         \
+    .wait = fb_wait,             \
+    .keepalive = fb_keepalive,   \
+    .tick = fb_tick,             \
+    .drained = fb_drained,       \
+    .finish = fb_finish,         \
+    .free = fb_free
+
 static const pb_capture_ops_t fallback_cdc_ops = {
     .name = "cdc",
     .retries_in_place = true,
-    .connect = fb_connect,
-    .connected = fb_connected,
-    .disconnect = fb_disconnect,
-    .ready = fb_ready,
-    .next = fb_next,
-    .overlap = fb_overlap,
-    .settle = fb_settle,
-    .wait = fb_wait,
-    .keepalive = fb_keepalive,
-    .tick = fb_tick,
-    .drained = fb_drained,
-    .finish = fb_finish,
-    .free = fb_free,
+    FALLBACK_CALLS
 };
 
 static const pb_capture_ops_t fallback_poll_ops = {
     .name = "poll",
     .retries_in_place = false,
-    .connect = fb_connect,
-    .connected = fb_connected,
-    .disconnect = fb_disconnect,
-    .ready = fb_ready,
-    .next = fb_next,
-    .overlap = fb_overlap,
-    .settle = fb_settle,
-    .wait = fb_wait,
-    .keepalive = fb_keepalive,
-    .tick = fb_tick,
-    .drained = fb_drained,
-    .finish = fb_finish,
-    .free = fb_free,
+    FALLBACK_CALLS
 };
 
 pb_status_t pb_capture_fallback_new(const pb_config_t *cfg, volatile sig_atomic_t *stop,
