@@ -108,7 +108,7 @@ static pb_status_t enter_poll(fallback_capture_t *f, const char *reason, pb_erro
     return PB_OK;
 }
 
-/* The poll capture lets go of everything in hand, every outcome written. */
+/* The active capture lets go of everything in hand, every outcome written. */
 static pb_status_t stop_active(fallback_capture_t *f, pb_error_t *err)
 {
     pb_status_t st = f->active->ops->connected(f->active) ? f->active->ops->finish(f->active, err)
@@ -158,10 +158,13 @@ static pb_status_t try_return(fallback_capture_t *f, pb_error_t *err)
         f->slot_dropped = st == PB_OK;
         return st == PB_TRANSIENT ? PB_OK : st;
     }
-    if (st != PB_OK) {
+    if (st != PB_OK) { /* the new slot is dropped at the next tick, the return tried later */
         end_return(f);
-        f->slot_dropped = false; /* dropped at the next tick */
-        return st;
+        f->slot_dropped = false;
+        if (st == PB_TRANSIENT)
+            return st;
+        log_warn(FAC, "return to cdc: %s; trying again later", err->msg);
+        return PB_OK;
     }
     f->phase = PHASE_RETURNING;
     f->slot_dropped = false;
