@@ -497,6 +497,10 @@ pb_status_t pb_config_validate(const pb_config_t *cfg, pb_error_t *err)
         if (cfg->cdc_delete_after_insert)
             return pb_fail(err, PB_FATAL, "cdc.on_excess_lag = poll needs the outbox rows, which "
                                           "cdc.delete_after_insert removes: set one of them off");
+        if (!cfg->cdc_mark_published)
+            return pb_fail(err, PB_FATAL, "cdc.on_excess_lag = poll needs cdc.mark_published: "
+                                          "the poll capture tells what the cdc relay published "
+                                          "by the marks, and would publish every row again");
         if (cfg->cdc_max_slot_lag <= 0)
             return pb_fail(err, PB_FATAL, "cdc.on_excess_lag = poll needs a cdc.max_slot_lag "
                                           "(0 means no limit, so never a fallback)");

@@ -218,6 +218,26 @@ static pb_status_t follow_return(fallback_capture_t *f, bool *followed, pb_error
     return become_cdc(f, "another relay of the slot ended the fallback", err);
 }
 
+/* A slot missing, lost or replaced under the cdc capture (its PB_FATAL, st): the rows it had not
+ * relayed are still pending (cdc.mark_published: it marks before it confirms), so the fallback
+ * publishes them instead of the relay stopping; then the poll capture is connected. Other
+ * statuses pass. */
+static pb_status_t recover_gone_slot(fallback_capture_t *f, pb_status_t st, pb_error_t *err)
+{
+    if (st != PB_FATAL || f->phase != PHASE_CDC || !pb_capture_cdc_slot_gone(f->active))
+        return st;
+    log_warn(FAC, "%s", err->msg);
+    pb_error_t why;
+    if (f->active->ops->connected(f->active) && f->active->ops->finish(f->active, &why) != PB_OK)
+        log_warn(FAC, "could not record the last batch before the fallback (it is published "
+                      "again): %s",
+                 why.msg);
+    f->active->ops->disconnect(f->active);
+    if ((st = enter_poll(f, "replication slot missing, lost or replaced (said above)", err)) != PB_OK)
+        return st;
+    return f->active->ops->connect(f->active, err);
+}
+
 /* ---- the capture interface: the active capture's, with the switches ---------------------- */
 
 static pb_status_t fb_connect(pb_capture_t *cap, pb_error_t *err)
@@ -255,7 +275,7 @@ static pb_status_t fb_connect(pb_capture_t *cap, pb_error_t *err)
             pb_metrics_set_cdc_fallback(cap->cfg->cdc_slot, false);
         f->known = true;
     }
-    return f->active->ops->connect(f->active, err);
+    return recover_gone_slot(f, f->active->ops->connect(f->active, err), err);
 }
 
 static bool fb_connected(const pb_capture_t *cap)
@@ -324,7 +344,7 @@ static pb_status_t fb_tick(pb_capture_t *cap, pb_error_t *err)
     fallback_capture_t *f = (fallback_capture_t *)cap;
     pb_status_t st = f->active->ops->tick(f->active, err);
     if (st != PB_OK || f->out)
-        return st;
+        return f->out ? st : recover_gone_slot(f, st, err);
     const pb_capture_ops_t *before = cap->ops; /* changes with the active capture */
     if ((st = switch_if_due(f, err)) != PB_OK || cap->ops == before)
         return st;

@@ -38,7 +38,8 @@ static pb_status_t judge(pb_slot_guard_t *g, PGconn *conn, bool streaming,
     const char *name = g->cfg->cdc_slot;
     pb_slot_verdict_t v = pb_slot_judge(slot, rec);
     g->have_record = rec->exists;
-    if (pb_slot_verdict_fatal(v)) {
+    g->slot_gone = pb_slot_verdict_fatal(v);
+    if (g->slot_gone) {
         char why[sizeof err->msg];
         pb_slot_explain(v, name, slot, rec, why, sizeof why);
         return pb_fail(err, PB_FATAL, "%s", why);

@@ -32,6 +32,7 @@ typedef struct pb_slot_guard {
     bool have_record;       /* the last check found a recorded position */
     bool unchecked;         /* the role may not read the slot or the record: no guard */
     bool over_limit;        /* the last lag measured was over cdc.max_slot_lag */
+    bool slot_gone;         /* the last check found the slot missing, lost or replaced */
     pb_log_limit_t over_log;
 } pb_slot_guard_t;
 
