@@ -26,8 +26,14 @@
  * (available_at to come) pending in the snapshot would be in neither: the new slot is dropped
  * and the return tried again a cdc.lag_interval later.
  *
+ * cdc -> poll too when the cdc capture finds its slot missing, lost or replaced (at connect or
+ * between batches; it stops the relay only while a failed event is retried in place): the rows
+ * the slot skipped are pending, since the cdc capture marks rows before it confirms their LSN
+ * (cdc.mark_published, required), so the fallback publishes them, and drops the slot.
+ *
  * A relay that dies anywhere in this starts in the fallback while the row exists (dropping a
- * slot it may have created for a return that did not finish) and in cdc once it is gone. */
+ * slot it may have created for a return that did not finish) and in cdc once it is gone. A relay
+ * in the fallback whose row another relay of the slot deleted follows it back to cdc. */
 #include <stdlib.h>
 #include <string.h>
 
