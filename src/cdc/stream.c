@@ -160,6 +160,39 @@ static pb_status_t open_conn(pb_cdc_stream_t *s, pb_error_t *err)
     return PB_OK;
 }
 
+pb_status_t pb_cdc_stream_create_exported(pb_cdc_stream_t *s, const pb_config_t *cfg,
+                                          char *snapshot, size_t size, uint64_t *consistent,
+                                          pb_error_t *err)
+{
+    memset(s, 0, sizeof *s);
+    s->cfg = cfg;
+    char *ident = NULL;
+    char sql[512];
+    PGresult *res = NULL;
+    pb_status_t st = open_conn(s, err);
+    if (st == PB_OK)
+        st = ensure_publication(s, err);
+    if (st == PB_OK)
+        st = pb_pg_quote_ident(s->conn, cfg->cdc_slot, "cdc.slot", &ident, err);
+    if (st == PB_OK)
+        st = pb_pg_sql_printf(sql, sizeof sql, "create the replication slot", err,
+                              "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'export')",
+                              ident);
+    PQfreemem(ident);
+    if (st == PB_OK)
+        st = simple(s, sql, PGRES_TUPLES_OK, &res, err);
+    if (st == PB_OK && (PQntuples(res) != 1 || PQnfields(res) < 3 || PQgetisnull(res, 0, 2) ||
+                        !pb_lsn_parse(PQgetvalue(res, 0, 1), consistent) ||
+                        strlen(PQgetvalue(res, 0, 2)) >= size))
+        st = pb_fail(err, PB_FATAL, "create the replication slot: the server exported no snapshot");
+    if (st == PB_OK)
+        snprintf(snapshot, size, "%s", PQgetvalue(res, 0, 2));
+    PQclear(res);
+    if (st != PB_OK)
+        pb_cdc_stream_close(s);
+    return st;
+}
+
 pb_status_t pb_cdc_stream_open(pb_cdc_stream_t *s, const pb_config_t *cfg, bool create,
                                pb_error_t *err)
 {

@@ -38,6 +38,15 @@ pb_status_t pb_cdc_stream_open(pb_cdc_stream_t *s, const pb_config_t *cfg, bool 
 
 /* Waits up to timeout_ms for the next XLogData payload. *len = 0 when none arrived. *data is
  * valid until the next call. Answers keepalives that ask for a reply. */
+/* Opens a replication connection without streaming, makes sure of the publication and creates
+ * the slot with an exported snapshot: its name into snapshot[size], the slot's consistent point
+ * into *consistent. Another session may take the snapshot (SET TRANSACTION SNAPSHOT) while s
+ * stays open and runs nothing else; what that snapshot sees is not in the slot, everything
+ * committed later is. Close s with pb_cdc_stream_close. An existing slot is an error. */
+pb_status_t pb_cdc_stream_create_exported(pb_cdc_stream_t *s, const pb_config_t *cfg,
+                                          char *snapshot, size_t size, uint64_t *consistent,
+                                          pb_error_t *err) PB_MUSTCHECK;
+
 pb_status_t pb_cdc_stream_read(pb_cdc_stream_t *s, int64_t timeout_ms, const char **data,
                                size_t *len, pb_error_t *err) PB_MUSTCHECK;
 

@@ -492,6 +492,19 @@ pb_status_t pb_config_validate(const pb_config_t *cfg, pb_error_t *err)
         return PB_FATAL;
     if (pb_otlp_check_endpoint(cfg->relay_otlp_endpoint, err) != PB_OK)
         return PB_FATAL;
+    if (strcmp(cfg->cdc_on_excess_lag, "poll") == 0 && strcmp(cfg->relay_capture, "cdc") == 0) {
+        /* the fallback publishes outbox rows: with none kept there is nothing to fall back on */
+        if (cfg->cdc_delete_after_insert)
+            return pb_fail(err, PB_FATAL, "cdc.on_excess_lag = poll needs the outbox rows, which "
+                                          "cdc.delete_after_insert removes: set one of them off");
+        if (!cfg->cdc_mark_published)
+            return pb_fail(err, PB_FATAL, "cdc.on_excess_lag = poll needs cdc.mark_published: "
+                                          "the poll capture tells what the cdc relay published "
+                                          "by the marks, and would publish every row again");
+        if (cfg->cdc_max_slot_lag <= 0)
+            return pb_fail(err, PB_FATAL, "cdc.on_excess_lag = poll needs a cdc.max_slot_lag "
+                                          "(0 means no limit, so never a fallback)");
+    }
     if (cfg->relay_mask_stored && strcmp(cfg->relay_capture, "poll") != 0)
         return pb_fail(err, PB_FATAL, "relay.mask_stored works with relay.capture = poll only (the "
                                       "cdc capture stores what the producer wrote)");

@@ -79,6 +79,9 @@ static family_t slot_lag = {"postbox_replication_slot_lag_bytes", "gauge",
 static family_t slot_lag_over = {"postbox_replication_slot_lag_over_limit", "gauge",
                                  "1 while the slot's lag is over cdc.max_slot_lag, else 0",
                                  {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t cdc_fallback = {"postbox_cdc_fallback_active", "gauge",
+                                "1 while the cdc relay publishes by polling, its slot given up (cdc.on_excess_lag = poll), else 0",
+                                {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t cdc_rejected = {"postbox_cdc_rejected_messages_total", "counter",
                                 "logical messages with the relay's prefix that postbox.emit did not sign (forged?), dropped, by slot",
                                 {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
@@ -116,7 +119,7 @@ static family_t consumer_lag = {"postbox_consumer_lag_messages", "gauge",
 
 static family_t *const families_relay[] = {&published, &publish_errors, &dead_letters_total,
                                             &expired_total, &slot_lag, &slot_lag_over,
-                                            &cdc_rejected, &redis_stream_length};
+                                            &cdc_fallback, &cdc_rejected, &redis_stream_length};
 static family_t *const families_consume[] = {&inbox_processed, &inbox_duplicates,
                                              &inbox_failures, &inbox_dead, &out_of_order,
                                              &redis_stream_length,
@@ -372,6 +375,14 @@ void pb_metrics_set_slot_lag_over(const char *slot, bool over)
     const char *values[2] = {slot, NULL};
     pthread_mutex_lock(&lock);
     series_of(&slot_lag_over, values)->value = over ? 1.0 : 0.0;
+    pthread_mutex_unlock(&lock);
+}
+
+void pb_metrics_set_cdc_fallback(const char *slot, bool active)
+{
+    const char *values[2] = {slot, NULL};
+    pthread_mutex_lock(&lock);
+    series_of(&cdc_fallback, values)->value = active ? 1.0 : 0.0;
     pthread_mutex_unlock(&lock);
 }
 

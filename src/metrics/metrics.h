@@ -70,6 +70,8 @@ void pb_metrics_set_delayed(int64_t delayed, int64_t cdc_deferred);
 void pb_metrics_set_slot_lag(const char *slot, int64_t bytes);
 /* Whether that lag is over cdc.max_slot_lag (set only when a limit is configured). */
 void pb_metrics_set_slot_lag_over(const char *slot, bool over);
+/* Whether the cdc relay is in its poll fallback (relay/capture_fallback.c). */
+void pb_metrics_set_cdc_fallback(const char *slot, bool active);
 /* A logical message of the cdc relay's prefix dropped because postbox.emit did not sign it. */
 void pb_metrics_cdc_rejected(const char *slot);
 

@@ -93,6 +93,14 @@ pb_status_t pb_capture_poll_new(const pb_config_t *cfg, volatile sig_atomic_t *s
 pb_status_t pb_capture_cdc_new(const pb_config_t *cfg, volatile sig_atomic_t *stop,
                                pb_capture_t **out, pb_error_t *err) PB_MUSTCHECK;
 
+/* The cdc capture's last slot lag measured was over cdc.max_slot_lag (slot_guard.h). */
+bool pb_capture_cdc_over_limit(const pb_capture_t *cap);
+/* The cdc capture's last check of its slot found it missing, lost or replaced: its PB_FATAL. */
+bool pb_capture_cdc_slot_gone(const pb_capture_t *cap);
+/* cdc with its poll fallback (capture_fallback.c, cdc.on_excess_lag = poll): owns both. */
+pb_status_t pb_capture_fallback_new(const pb_config_t *cfg, volatile sig_atomic_t *stop,
+                                    pb_capture_t **out, pb_error_t *err) PB_MUSTCHECK;
+
 static inline void pb_capture_free(pb_capture_t *cap)
 {
     if (cap)

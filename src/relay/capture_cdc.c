@@ -1310,6 +1310,18 @@ static const pb_capture_ops_t cdc_ops = {
     .free = cdc_free,
 };
 
+bool pb_capture_cdc_over_limit(const pb_capture_t *cap)
+{
+    PB_ASSERT(cap->ops == &cdc_ops);
+    return ((const cdc_capture_t *)cap)->guard.over_limit;
+}
+
+bool pb_capture_cdc_slot_gone(const pb_capture_t *cap)
+{
+    PB_ASSERT(cap->ops == &cdc_ops);
+    return ((const cdc_capture_t *)cap)->guard.slot_gone;
+}
+
 pb_status_t pb_capture_cdc_new(const pb_config_t *cfg, volatile sig_atomic_t *stop,
                                pb_capture_t **out, pb_error_t *err)
 {

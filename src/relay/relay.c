@@ -20,8 +20,10 @@ pb_status_t pb_relay_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
     if (st == PB_OK)
         st = pb_shadow_sink_wrap(cfg, &snk, err); /* relay.shadow: a second destination */
     if (st == PB_OK)
-        st = cdc ? pb_capture_cdc_new(cfg, stop, &cap, err)
-                 : pb_capture_poll_new(cfg, stop, &cap, err);
+        st = !cdc ? pb_capture_poll_new(cfg, stop, &cap, err)
+             : strcmp(cfg->cdc_on_excess_lag, "poll") == 0
+                 ? pb_capture_fallback_new(cfg, stop, &cap, err) /* cdc, poll over the lag limit */
+                 : pb_capture_cdc_new(cfg, stop, &cap, err);
     if (st != PB_OK && opts->config_error) /* the constructors only check the configuration */
         *opts->config_error = true;
     if (st == PB_OK) /* what `postbox check` finds in the database, as warnings */

@@ -38,7 +38,8 @@ static pb_status_t judge(pb_slot_guard_t *g, PGconn *conn, bool streaming,
     const char *name = g->cfg->cdc_slot;
     pb_slot_verdict_t v = pb_slot_judge(slot, rec);
     g->have_record = rec->exists;
-    if (pb_slot_verdict_fatal(v)) {
+    g->slot_gone = pb_slot_verdict_fatal(v);
+    if (g->slot_gone) {
         char why[sizeof err->msg];
         pb_slot_explain(v, name, slot, rec, why, sizeof why);
         return pb_fail(err, PB_FATAL, "%s", why);
@@ -147,5 +148,12 @@ pb_status_t pb_slot_guard_measure(pb_slot_guard_t *g, PGconn *conn, pb_error_t *
              (long long)lag);
     pb_metrics_set_slot_lag(g->cfg->cdc_slot, lag);
     watch_limit(g, lag);
+    if (g->over_limit && strcmp(g->cfg->cdc_on_excess_lag, "stop") == 0)
+        return pb_fail(err, PB_FATAL,
+                       "replication slot \"%s\" lag %lld bytes is over cdc.max_slot_lag (%lld "
+                       "bytes) and cdc.on_excess_lag = stop: the relay stops (the slot keeps its "
+                       "WAL; see why the relay fell behind, or drop the slot with `postbox cdc "
+                       "drop-slot` after `postbox relay --capture poll --drain`)",
+                       g->cfg->cdc_slot, (long long)lag, (long long)g->cfg->cdc_max_slot_lag);
     return PB_OK;
 }

@@ -32,6 +32,7 @@ typedef struct pb_slot_guard {
     bool have_record;       /* the last check found a recorded position */
     bool unchecked;         /* the role may not read the slot or the record: no guard */
     bool over_limit;        /* the last lag measured was over cdc.max_slot_lag */
+    bool slot_gone;         /* the last check found the slot missing, lost or replaced */
     pb_log_limit_t over_log;
 } pb_slot_guard_t;
 
@@ -55,7 +56,8 @@ pb_status_t pb_slot_guard_allow(pb_slot_guard_t *g, PGconn *conn, bool conn_free
 
 /* Every cdc.lag_interval: measures the lag (log line, metrics), warns while it is over
  * cdc.max_slot_lag, and checks the slot as pb_slot_guard_check does (a slot invalidated under
- * the relay). A failed query is logged, transient. conn must be free for a statement. */
+ * the relay). A failed query is logged, transient. Over the limit with cdc.on_excess_lag = stop:
+ * PB_FATAL. conn must be free for a statement. */
 pb_status_t pb_slot_guard_measure(pb_slot_guard_t *g, PGconn *conn, pb_error_t *err) PB_MUSTCHECK;
 
 #endif

@@ -124,6 +124,9 @@ static const grant_t grants[] = {
     {PB_GRANTS_RELAY, "SELECT, INSERT, UPDATE, DELETE", "postbox.cdc_slot_positions",
      "-- cdc: the position the relay confirmed on its slot (`postbox cdc drop-slot` deletes it)\n",
      false},
+    {PB_GRANTS_RELAY, "SELECT, INSERT, DELETE", "postbox.cdc_fallback",
+     "-- cdc: the slot given up by cdc.on_excess_lag = poll until the relay streams again\n",
+     false},
     {PB_GRANTS_CONSUMER, "SELECT, INSERT, UPDATE, DELETE", "postbox.inbox, postbox.inbox_failures",
      "-- consumer: the inbox, its failures and dead messages (and purges its own rows), the\n"
      "-- last sequence number handled per aggregate, the schema version (its start-up check)\n",

@@ -3,8 +3,10 @@
 # blocks the stream) and another table fills the WAL, the slot's lag passes the limit: the relay
 # warns, postbox_replication_slot_lag_over_limit is 1 and `postbox status` reports the slot over
 # the limit and fails its check. Once the event is routable, the relay catches up: the lag is
-# back under the limit, said in the log, the metric is 0 and status passes. On a PostgreSQL of
-# the test's own: the WAL other tests write on the shared server would count in the lag.
+# back under the limit, said in the log, the metric is 0 and status passes. With
+# cdc.on_excess_lag = stop, the same block makes the relay exit 1 saying why; the slot stays. On
+# a PostgreSQL of the test's own: the WAL other tests write on the shared server would count in
+# the lag.
 source "$(dirname "$0")/lib.sh"
 command -v curl >/dev/null || fail "curl is missing (scripts/install-deps)"
 
@@ -55,3 +57,17 @@ out=$(status_json) || fail "postbox status fails with the slot back under the li
 stop_relay
 ((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"
 say "ok: over the limit the relay warned, the metric was 1 and status failed; back under, all cleared"
+
+# cdc.on_excess_lag = stop: over the limit the relay exits 1 saying so; the slot stays
+setup_queue none
+start_cdc_relay --set cdc.max_slot_lag=$LIMIT --set cdc.lag_interval=200ms --set cdc.on_excess_lag=stop \
+    --set relay.backoff_base=200ms --set relay.backoff_cap=500ms --set relay.max_attempts=100000
+enqueue_seq 1 2 2
+wait_until '(($(grep -c "unroutable\|returned" "$PB_RELAY_LOG") >= 2))' 30 || fail "the second event was never refused by the broker"
+psql_q "INSERT INTO public.busy (v) SELECT g FROM generate_series(1, 60000) g" >/dev/null
+wait_relay 30
+((RELAY_RC == 1)) || fail "the relay exited with $RELAY_RC over the limit with cdc.on_excess_lag = stop, expected 1"
+grep -q 'is over cdc.max_slot_lag .* and cdc.on_excess_lag = stop: the relay stops' "$PB_RELAY_LOG" ||
+    fail "the relay did not say why it stopped"
+[[ -n $(slot_confirmed_lsn) ]] || fail "the slot is gone after the stop"
+say "stop: $(grep -m1 'cdc.on_excess_lag = stop' "$PB_RELAY_LOG" | cut -c1-200)"
