@@ -271,6 +271,14 @@ static void add(family_t *f, const char *v0, const char *v1, double delta)
     pthread_mutex_unlock(&lock);
 }
 
+static void set(family_t *f, const char *v0, const char *v1, double value)
+{
+    const char *values[2] = {v0, v1};
+    pthread_mutex_lock(&lock);
+    series_of(f, values)->value = value;
+    pthread_mutex_unlock(&lock);
+}
+
 static void observe(histogram_t *h, double v)
 {
     size_t i = 0;
@@ -364,34 +372,22 @@ void pb_metrics_set_delayed(int64_t delayed, int64_t cdc_deferred)
 
 void pb_metrics_set_slot_lag(const char *slot, int64_t bytes)
 {
-    const char *values[2] = {slot, NULL};
-    pthread_mutex_lock(&lock);
-    series_of(&slot_lag, values)->value = (double)bytes;
-    pthread_mutex_unlock(&lock);
+    set(&slot_lag, slot, NULL, (double)bytes);
 }
 
 void pb_metrics_set_slot_lag_over(const char *slot, bool over)
 {
-    const char *values[2] = {slot, NULL};
-    pthread_mutex_lock(&lock);
-    series_of(&slot_lag_over, values)->value = over ? 1.0 : 0.0;
-    pthread_mutex_unlock(&lock);
+    set(&slot_lag_over, slot, NULL, over ? 1.0 : 0.0);
 }
 
 void pb_metrics_set_cdc_fallback(const char *slot, bool active)
 {
-    const char *values[2] = {slot, NULL};
-    pthread_mutex_lock(&lock);
-    series_of(&cdc_fallback, values)->value = active ? 1.0 : 0.0;
-    pthread_mutex_unlock(&lock);
+    set(&cdc_fallback, slot, NULL, active ? 1.0 : 0.0);
 }
 
 void pb_metrics_set_redis_stream(const char *stream, int64_t length)
 {
-    const char *values[2] = {stream, NULL};
-    pthread_mutex_lock(&lock);
-    series_of(&redis_stream_length, values)->value = (double)length;
-    pthread_mutex_unlock(&lock);
+    set(&redis_stream_length, stream, NULL, (double)length);
 }
 
 void pb_metrics_set_amqp_queue(const char *queue, int64_t messages, int64_t consumers)
