@@ -39,11 +39,13 @@ COMMENT ON TABLE postbox.partitioned_tables IS
 CREATE FUNCTION postbox.partition_lower(p_every interval, p_at timestamptz)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$ SELECT date_bin(p_every, p_at, timestamptz '2000-01-03 00:00:00+00') $$;
 
 CREATE FUNCTION postbox.partition_name(p_table text, p_lower timestamptz)
 RETURNS text
 LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$ SELECT p_table || '_p' || to_char(p_lower AT TIME ZONE 'UTC', 'YYYYMMDD"t"HH24MI') $$;
 
 -- The partitions of a table with their bounds (the DEFAULT partition has none).
