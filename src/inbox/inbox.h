@@ -80,6 +80,8 @@ typedef struct pb_inbox {
     const char *seq_params[5];
     pb_disorder_t disorder;    /* out-of-order warnings, once a minute per aggregate */
     pb_screen_t screen;        /* the batch as PostgreSQL can take it */
+    bool trace_set;      /* the open transaction may hold a message's trace context (see
+                          * send_message) */
     int careful_batches; /* how many more batches run with a savepoint per message */
     int slow_batches;    /* how many more batches skip the fast path (it met duplicates) */
     void (*wait_fn)(void *arg, int pg_fd); /* see pb_inbox_set_wait */
