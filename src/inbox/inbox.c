@@ -287,6 +287,34 @@ static bool send_simple(PGconn *conn, const char *sql)
     return PQsendQueryParams(conn, sql, 0, NULL, NULL, NULL, NULL, 0) == 1;
 }
 
+/* Copies src into dst of n bytes when it fits whole; false (dst unchanged) when not. */
+static bool copy_whole(char *dst, size_t n, const char *src)
+{
+    size_t len = strlen(src);
+    if (len >= n)
+        return false;
+    memcpy(dst, src, len + 1);
+    return true;
+}
+
+/* A new transaction holds no trace context. */
+static void trace_begin(pb_inbox_t *ib)
+{
+    ib->trace_known = true;
+    ib->trace_parent[0] = ib->trace_state[0] = '\0';
+}
+
+/* Whether the handler of m needs the statement that sets its trace context: it has another one
+ * than the transaction holds (its own, or none where an earlier message left one), or what the
+ * transaction holds is not known. */
+static bool trace_differs(const pb_inbox_t *ib, const pb_message_t *m)
+{
+    const char *tp = m->traceparent ? m->traceparent : "";
+    const char *ts = m->traceparent && m->tracestate ? m->tracestate : "";
+    return !ib->trace_known || strcmp(ib->trace_parent, tp) != 0 ||
+           strcmp(ib->trace_state, ts) != 0;
+}
+
 /* Sends the statement that gives the handler of m its trace context in the session settings
  * postbox.traceparent and postbox.tracestate ("" when m has none). */
 static bool send_trace(pb_inbox_t *ib, const pb_message_t *m)
@@ -295,22 +323,23 @@ static bool send_trace(pb_inbox_t *ib, const pb_message_t *m)
                          m->traceparent && m->tracestate ? m->tracestate : ""};
     if (PQsendQueryPrepared(ib->conn, "pb_inbox_trace", 2, tp, NULL, NULL, 0) != 1)
         return false;
-    ib->trace_set = m->traceparent != NULL;
+    ib->trace_known = copy_whole(ib->trace_parent, sizeof ib->trace_parent, tp[0]) &&
+                      copy_whole(ib->trace_state, sizeof ib->trace_state, tp[1]);
     return true;
 }
 
 /* Sends the handler of message i (its inbox row is in already), between a savepoint and its
  * release when asked to. Before the handler, in the same pipeline (no round trip of its own),
- * the trace context when m has one, or when an earlier message of the transaction may have
- * left its own (ib->trace_set), which must not reach this handler. Returns how many statements
- * were sent (0: a send failed) and sets *handler_q to the handler's place among them. */
+ * the statement setting its trace context when the transaction holds another one
+ * (trace_differs). Returns how many statements were sent (0: a send failed) and sets
+ * *handler_q to the handler's place among them. */
 static int send_message(pb_inbox_t *ib, const pb_message_t *m, int handler, bool savepoints,
                         int *handler_q)
 {
     const char *name = ib->handler_names[handler];
     build_metadata(ib, m);
     const char *hp[3] = {m->body, m->headers ? m->headers : "{}", ib->scratch.data};
-    bool trace = m->traceparent || ib->trace_set;
+    bool trace = trace_differs(ib, m);
     int q = 0;
     if (savepoints && (q++, !send_simple(ib->conn, "SAVEPOINT " SAVEPOINT)))
         return 0;
@@ -399,7 +428,7 @@ static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t
         if (st != PB_OK)
             return st;
         /* the rollback may have brought back an earlier message's trace context */
-        ib->trace_set = true;
+        ib->trace_known = false;
         /* messages after the failure were not run: resume right after it */
         *next = sent_idx[failed_at] + 1;
         for (size_t s = (size_t)failed_at + 1; s < n_sent; s++)
@@ -477,7 +506,7 @@ static pb_status_t handle_fast(pb_inbox_t *ib, const pb_message_t *msgs, size_t 
         return pb_fail(err, PB_TRANSIENT, "cannot enter pipeline mode: %s", PQerrorMessage(conn));
     /* the flush lets the server work on the claim while the handlers are put together */
     const size_t pre = ib->seq.n_order ? 3 : 2; /* statements before the handlers */
-    ib->trace_set = false;
+    trace_begin(ib);
     size_t n_handler_q = 0; /* statements of the messages: handlers and trace contexts */
     bool sent = send_simple(conn, "BEGIN") &&
                 PQsendQueryPrepared(conn, "pb_inbox_claim_all", CLAIM_PARAMS, cp.values,
@@ -966,7 +995,7 @@ pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, const uint
     st = pb_pg_exec(ib->conn, "BEGIN", err);
     if (st != PB_OK)
         return st;
-    ib->trace_set = false;
+    trace_begin(ib);
     bool aborted = false;
     st = handle_in_tx(ib, msgs, flags, n, verdicts, &local, savepoints, &aborted, err);
     if (st == PB_OK && aborted) {
@@ -974,7 +1003,7 @@ pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, const uint
         ib->careful_batches = CAREFUL_BATCHES;
         local = (pb_inbox_counts_t){0};
         aborted = false;
-        ib->trace_set = false;
+        trace_begin(ib);
         if ((st = pb_pg_exec(ib->conn, "ROLLBACK", err)) == PB_OK &&
             (st = pb_pg_exec(ib->conn, "BEGIN", err)) == PB_OK)
             st = handle_in_tx(ib, msgs, flags, n, verdicts, &local, true, &aborted, err);

@@ -3,9 +3,9 @@
 # (and tracestate) reach the SQL handler both in its headers argument ($2) and as the session
 # settings postbox.traceparent / postbox.tracestate, on all four brokers, with the relay's poll
 # capture (and cdc once, on Kafka). In one aggregate, so in one lane, one transaction, in
-# order: a traced event, an untraced one, one traced with another traceparent and no
-# tracestate, an untraced one; each handler must see its own context and an untraced one none
-# (not the one before it). Also with consume.commit_inbox_first, and across a handler failure
+# order: two events of one traced transaction, an untraced one, one traced with another
+# traceparent and no tracestate, an untraced one; each handler must see its own context and an
+# untraced one none (not the one before it). Also with consume.commit_inbox_first, and across a handler failure
 # rolled back to its savepoint.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/kafka_lib.sh"
@@ -35,14 +35,16 @@ psql_q "CREATE FUNCTION on_traced(p jsonb, h jsonb, meta jsonb, via text) RETURN
             coalesce(h->>'traceparent', '-'));
         END \$f\$" >/dev/null
 
-enqueue_four() { # AGGREGATE_TYPE AGGREGATE_ID [FUNCTION [VIA]]: the four events, a transaction each
+enqueue_five() { # AGGREGATE_TYPE AGGREGATE_ID [FUNCTION [VIA]]: two events in one traced
+    # transaction, then one untraced, one with another traceparent, one untraced
     local fn=${3:-enqueue} via=${4:+, \"via\": \"$4\"}
     psql_q "BEGIN; SET LOCAL postbox.traceparent = '$TP1'; SET LOCAL postbox.tracestate = '$TS1';
-            SELECT postbox.$fn('$1', '$2', 'traced.v1', '{\"n\": 1$via}'); COMMIT;
-            SELECT postbox.$fn('$1', '$2', 'traced.v1', '{\"n\": 2$via}');
+            SELECT postbox.$fn('$1', '$2', 'traced.v1', '{\"n\": 1$via}');
+            SELECT postbox.$fn('$1', '$2', 'traced.v1', '{\"n\": 2$via}'); COMMIT;
+            SELECT postbox.$fn('$1', '$2', 'traced.v1', '{\"n\": 3$via}');
             BEGIN; SET LOCAL postbox.traceparent = '$TP2';
-            SELECT postbox.$fn('$1', '$2', 'traced.v1', '{\"n\": 3$via}'); COMMIT;
-            SELECT postbox.$fn('$1', '$2', 'traced.v1', '{\"n\": 4$via}');" >/dev/null
+            SELECT postbox.$fn('$1', '$2', 'traced.v1', '{\"n\": 4$via}'); COMMIT;
+            SELECT postbox.$fn('$1', '$2', 'traced.v1', '{\"n\": 5$via}');" >/dev/null
 }
 
 consume_drain() { # VIA [GLOBAL OPTIONS...]: postbox consume --drain with the recording handler
@@ -57,9 +59,10 @@ check_seen() { # VIA
     local got want
     got=$(psql_q "SELECT n || ' ' || setting || ' ' || state || ' ' || header FROM seen WHERE via = '$1' ORDER BY n")
     want="1 $TP1 $TS1 $TP1
-2 - - -
-3 $TP2 - $TP2
-4 - - -"
+2 $TP1 $TS1 $TP1
+3 - - -
+4 $TP2 - $TP2
+5 - - -"
     [[ $got == "$want" ]] || fail "$1: the handlers saw
 $got
 expected
@@ -68,13 +71,13 @@ $want"
 }
 
 say "RabbitMQ"
-enqueue_four order a-1
+enqueue_five order a-1
 relay_drain 60 --set relay.sink=amqp
 POSTBOX_CONSUME_SOURCE=amqp consume_drain amqp
 check_seen amqp
 
 say "RabbitMQ, consume.commit_inbox_first"
-enqueue_four order a-2 enqueue first
+enqueue_five order a-2 enqueue first
 relay_drain 60 --set relay.sink=amqp
 POSTBOX_CONSUME_SOURCE=amqp consume_drain first --set consume.commit_inbox_first=true
 check_seen first
@@ -94,7 +97,7 @@ got=$(psql_q "SELECT n || ' ' || setting FROM seen WHERE via = 'rollback' ORDER 
     fail "the flaky message did not end handled"
 
 say "Kafka"
-enqueue_four korder k-1
+enqueue_five korder k-1
 relay_drain 60 --set relay.sink=kafka
 POSTBOX_CONSUME_SOURCE=kafka POSTBOX_KAFKA_TOPICS=$(kafka_topic korder) POSTBOX_KAFKA_GROUP=pb.$PB_KAFKA_RUN.trace \
     consume_drain kafka --set kafka.session.timeout.ms=2500 --set kafka.heartbeat.interval.ms=500
@@ -103,20 +106,20 @@ check_seen kafka
 say "Kafka, events of the cdc capture (postbox.emit)"
 cdc_use_slot
 cdc_create_slot --set relay.sink=kafka
-enqueue_four kcdc c-1 emit cdc
+enqueue_five kcdc c-1 emit cdc
 relay_drain 60 --set relay.sink=kafka --capture cdc
 POSTBOX_CONSUME_SOURCE=kafka POSTBOX_KAFKA_TOPICS=$(kafka_topic kcdc) POSTBOX_KAFKA_GROUP=pb.$PB_KAFKA_RUN.tracecdc \
     consume_drain kafka-cdc --set kafka.session.timeout.ms=2500 --set kafka.heartbeat.interval.ms=500
 check_seen cdc
 
 say "NATS JetStream"
-enqueue_four norder n-1
+enqueue_five norder n-1
 relay_drain 60 --set relay.sink=nats
 POSTBOX_CONSUME_SOURCE=nats consume_drain nats
 check_seen nats
 
 say "Redis Streams"
-enqueue_four rorder r-1
+enqueue_five rorder r-1
 relay_drain 60 --set relay.sink=redis --set redis.max_age=1d
 POSTBOX_CONSUME_SOURCE=redis POSTBOX_REDIS_STREAMS=${POSTBOX_REDIS_STREAM_PREFIX}rorder consume_drain redis
 check_seen redis
