@@ -12,6 +12,7 @@
 #include "consume/hold.h"
 #include "consume/lanes.h"
 #include "metrics/metrics.h"
+#include "source/envelope.h"
 
 #define FAC "consume"
 #define STATS_INTERVAL_MS 10000
@@ -49,6 +50,7 @@ typedef struct driver {
     uint64_t *back;        /* tags pb_hold_admit gives back */
     pb_settle_t *settle;   /* what the source is told after a batch */
     pb_hold_t *hold; /* failed messages and what waits behind them, unsettled */
+    pb_envelope_t envelope; /* CloudEvents attributes and trace context of fresh messages */
     pb_inbox_counts_t counts, stats_counts;
     int64_t drain_said;     /* when --drain last said what it waits for */
     int64_t held_full_said; /* when the byte bound of the hold was last logged */
@@ -278,6 +280,7 @@ static pb_status_t consume_batch(driver_t *d, bool *idle, pb_error_t *err)
         drop_source(d, &src_err); /* the held messages too: they come again */
         return PB_OK;
     }
+    pb_envelope_fill(&d->envelope, d->msgs + k, n_fresh);
     /* at the count bound, what would be held is given back (see hold.h) */
     bool full = pb_hold_count(d->hold) >= (size_t)cfg->consume_max_held;
     size_t n_back;
@@ -360,6 +363,7 @@ static void driver_init(driver_t *d, const pb_consume_setup_t *s, char *src_what
     d->back = pb_malloc(cap * sizeof *d->back);
     d->settle = pb_malloc(cap * sizeof *d->settle);
     d->hold = pb_hold_new(cfg->consume_gap_timeout);
+    pb_envelope_init(&d->envelope, cfg);
     d->n_lanes = (int)cfg->consume_lanes;
     d->lanes = pb_malloc((size_t)d->n_lanes * sizeof *d->lanes);
     d->busy = pb_malloc((size_t)d->n_lanes * sizeof *d->busy);
@@ -396,6 +400,7 @@ static void driver_free(driver_t *d)
     free(d->back);
     free(d->settle);
     pb_hold_free(d->hold);
+    pb_envelope_free(&d->envelope);
 }
 
 pb_status_t pb_consume_drive(const pb_consume_setup_t *s, pb_error_t *err)

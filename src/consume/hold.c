@@ -169,7 +169,7 @@ static size_t size_of(const pb_message_t *m)
 {
     return len_of(m->message_id) + len_of(m->type) + len_of(m->aggregate_type) +
            len_of(m->aggregate_id) + len_of(m->routing_key) + len_of(m->exchange) +
-           len_of(m->headers) + m->body_len + 1;
+           len_of(m->headers) + len_of(m->traceparent) + len_of(m->tracestate) + m->body_len + 1;
 }
 
 /* A copy of m that owns its strings. */
@@ -186,6 +186,8 @@ static item_t copy_of(const pb_message_t *m, uint64_t arrival)
     it.msg.routing_key = put(&at, m->routing_key);
     it.msg.exchange = put(&at, m->exchange);
     it.msg.headers = put(&at, m->headers);
+    it.msg.traceparent = put(&at, m->traceparent);
+    it.msg.tracestate = put(&at, m->tracestate);
     if (m->body_len)
         memcpy(at, m->body, m->body_len);
     at[m->body_len] = '\0';

@@ -287,18 +287,70 @@ static bool send_simple(PGconn *conn, const char *sql)
     return PQsendQueryParams(conn, sql, 0, NULL, NULL, NULL, NULL, 0) == 1;
 }
 
+/* Copies src into dst of n bytes when it fits whole; false (dst unchanged) when not. */
+static bool copy_whole(char *dst, size_t n, const char *src)
+{
+    size_t len = strlen(src);
+    if (len >= n)
+        return false;
+    memcpy(dst, src, len + 1);
+    return true;
+}
+
+/* A new transaction holds no trace context. */
+static void trace_begin(pb_inbox_t *ib)
+{
+    ib->trace_known = true;
+    ib->trace_parent[0] = ib->trace_state[0] = '\0';
+}
+
+/* Whether the handler of m needs the statement that sets its trace context: it has another one
+ * than the transaction holds (its own, or none where an earlier message left one), or what the
+ * transaction holds is not known. */
+static bool trace_differs(const pb_inbox_t *ib, const pb_message_t *m)
+{
+    const char *tp = m->traceparent ? m->traceparent : "";
+    const char *ts = m->traceparent && m->tracestate ? m->tracestate : "";
+    return !ib->trace_known || strcmp(ib->trace_parent, tp) != 0 ||
+           strcmp(ib->trace_state, ts) != 0;
+}
+
+/* Sends the statement that gives the handler of m its trace context in the session settings
+ * postbox.traceparent and postbox.tracestate ("" when m has none). */
+static bool send_trace(pb_inbox_t *ib, const pb_message_t *m)
+{
+    const char *tp[2] = {m->traceparent ? m->traceparent : "",
+                         m->traceparent && m->tracestate ? m->tracestate : ""};
+    if (PQsendQueryPrepared(ib->conn, "pb_inbox_trace", 2, tp, NULL, NULL, 0) != 1)
+        return false;
+    ib->trace_known = copy_whole(ib->trace_parent, sizeof ib->trace_parent, tp[0]) &&
+                      copy_whole(ib->trace_state, sizeof ib->trace_state, tp[1]);
+    return true;
+}
+
 /* Sends the handler of message i (its inbox row is in already), between a savepoint and its
- * release when asked to. */
-static bool send_message(pb_inbox_t *ib, const pb_message_t *m, int handler, bool savepoints)
+ * release when asked to. Before the handler, in the same pipeline (no round trip of its own),
+ * the statement setting its trace context when the transaction holds another one
+ * (trace_differs). Returns how many statements were sent (0: a send failed) and sets
+ * *handler_q to the handler's place among them. */
+static int send_message(pb_inbox_t *ib, const pb_message_t *m, int handler, bool savepoints,
+                        int *handler_q)
 {
     const char *name = ib->handler_names[handler];
     build_metadata(ib, m);
     const char *hp[3] = {m->body, m->headers ? m->headers : "{}", ib->scratch.data};
-    if (!savepoints)
-        return PQsendQueryPrepared(ib->conn, name, 3, hp, NULL, NULL, 0) == 1;
-    return send_simple(ib->conn, "SAVEPOINT " SAVEPOINT) &&
-           PQsendQueryPrepared(ib->conn, name, 3, hp, NULL, NULL, 0) == 1 &&
-           send_simple(ib->conn, "RELEASE SAVEPOINT " SAVEPOINT);
+    bool trace = trace_differs(ib, m);
+    int q = 0;
+    if (savepoints && (q++, !send_simple(ib->conn, "SAVEPOINT " SAVEPOINT)))
+        return 0;
+    if (trace && (q++, !send_trace(ib, m)))
+        return 0;
+    *handler_q = q++;
+    if (PQsendQueryPrepared(ib->conn, name, 3, hp, NULL, NULL, 0) != 1)
+        return 0;
+    if (savepoints && (q++, !send_simple(ib->conn, "RELEASE SAVEPOINT " SAVEPOINT)))
+        return 0;
+    return q;
 }
 
 /* Runs the handlers of messages from *next on in pipelines. With savepoints: returns at the
@@ -307,10 +359,9 @@ static bool send_message(pb_inbox_t *ib, const pb_message_t *m, int handler, boo
 static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t n, size_t *next,
                                 bool savepoints, bool *aborted, pb_error_t *err)
 {
-    const int per_message = savepoints ? 3 : 1;
-    const int handler_q = savepoints ? 1 : 0;
     PGconn *conn = ib->conn;
     size_t sent_idx[PIPELINE_CHUNK];
+    int sent_q[PIPELINE_CHUNK], sent_handler_q[PIPELINE_CHUNK];
     size_t n_sent = 0;
     size_t i = *next;
     if (PQenterPipelineMode(conn) != 1)
@@ -318,10 +369,12 @@ static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t
     for (; i < n && n_sent < PIPELINE_CHUNK; i++) {
         if (ib->state[i] != ST_NEW)
             continue;
-        if (!send_message(ib, &msgs[i], ib->handler_of[i], savepoints)) {
+        int q = send_message(ib, &msgs[i], ib->handler_of[i], savepoints, &sent_handler_q[n_sent]);
+        if (q == 0) {
             PQexitPipelineMode(conn);
             return pb_fail(err, PB_TRANSIENT, "send to postgresql: %s", PQerrorMessage(conn));
         }
+        sent_q[n_sent] = q;
         sent_idx[n_sent++] = i;
     }
     size_t resume = i;
@@ -332,7 +385,7 @@ static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t
     ssize_t failed_at = -1;
     for (size_t s = 0; s < n_sent; s++) {
         size_t m = sent_idx[s];
-        for (int q = 0; q < per_message; q++) {
+        for (int q = 0; q < sent_q[s]; q++) {
             PGresult *res = PQgetResult(conn);
             if (!res)
                 return pb_fail(err, PB_TRANSIENT, "postgresql connection lost: %s",
@@ -341,7 +394,9 @@ static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t
             if (rs == PGRES_FATAL_ERROR && failed_at < 0) {
                 ib->state[m] = ST_FAILED;
                 clean_error(ib->errors[m], sizeof ib->errors[m],
-                            q == handler_q ? "handler failed: " : "savepoint failed: ",
+                            q == sent_handler_q[s] ? "handler failed: "
+                            : savepoints && q == 0 ? "savepoint failed: "
+                                                   : "setting the trace context failed: ",
                             PQresultErrorMessage(res));
                 failed_at = (ssize_t)s;
             } else if (rs != PGRES_COMMAND_OK && rs != PGRES_TUPLES_OK &&
@@ -372,6 +427,8 @@ static pb_status_t run_pipeline(pb_inbox_t *ib, const pb_message_t *msgs, size_t
         pb_status_t st = pb_pg_exec(conn, "ROLLBACK TO SAVEPOINT " SAVEPOINT "; RELEASE SAVEPOINT " SAVEPOINT, err);
         if (st != PB_OK)
             return st;
+        /* the rollback may have brought back an earlier message's trace context */
+        ib->trace_known = false;
         /* messages after the failure were not run: resume right after it */
         *next = sent_idx[failed_at] + 1;
         for (size_t s = (size_t)failed_at + 1; s < n_sent; s++)
@@ -449,20 +506,25 @@ static pb_status_t handle_fast(pb_inbox_t *ib, const pb_message_t *msgs, size_t 
         return pb_fail(err, PB_TRANSIENT, "cannot enter pipeline mode: %s", PQerrorMessage(conn));
     /* the flush lets the server work on the claim while the handlers are put together */
     const size_t pre = ib->seq.n_order ? 3 : 2; /* statements before the handlers */
+    trace_begin(ib);
+    size_t n_handler_q = 0; /* statements of the messages: handlers and trace contexts */
     bool sent = send_simple(conn, "BEGIN") &&
                 PQsendQueryPrepared(conn, "pb_inbox_claim_all", CLAIM_PARAMS, cp.values,
                                     cp.lengths, cp.formats, 0) == 1 &&
                 (pre == 2 || PQsendQueryPrepared(conn, ib->seq_stmt, 5, ib->seq_params,
                                                  NULL, NULL, 0) == 1) &&
                 PQflush(conn) == 0;
-    for (size_t i = 0; sent && i < n; i++)
-        sent = send_message(ib, &msgs[i], ib->handler_of[i], false);
+    for (size_t i = 0; sent && i < n; i++) {
+        int handler_q, q = send_message(ib, &msgs[i], ib->handler_of[i], false, &handler_q);
+        n_handler_q += (size_t)q;
+        sent = q > 0;
+    }
     if (!sent || !send_simple(conn, "COMMIT") || PQpipelineSync(conn) != 1)
         return pb_fail(err, PB_TRANSIENT, "send to postgresql: %s", PQerrorMessage(conn));
 
-    /* BEGIN, the claim, (the advance,) n handlers, COMMIT: each a result and a NULL; then the
-     * sync */
-    const size_t total = n + pre + 1;
+    /* BEGIN, the claim, (the advance,) n handlers (each after its trace context, if any),
+     * COMMIT: each a result and a NULL; then the sync */
+    const size_t total = n_handler_q + pre + 1;
     ssize_t failed_at = -1;
     char why[256] = "";
     bool commit_ok = false;
@@ -504,7 +566,7 @@ static pb_status_t handle_fast(pb_inbox_t *ib, const pb_message_t *msgs, size_t 
         if (st != PB_OK)
             return st;
     }
-    *handler_failed = failed_at >= (ssize_t)pre && (size_t)failed_at < n + pre;
+    *handler_failed = failed_at >= (ssize_t)pre && (size_t)failed_at < n_handler_q + pre;
     log_debug(FAC, "batch of %zu not committed on the fast path (%s: %s): doing it the careful way",
               n, failed_at == 1 ? "inbox claim" : failed_at == 2 && pre == 3 ? "sequence numbers"
                  : *handler_failed ? "handler" : "transaction",
@@ -785,6 +847,13 @@ static pb_status_t run_handler_alone(pb_inbox_t *ib, const pb_message_t *m, int 
     pb_status_t st = pb_pg_exec(ib->conn, "BEGIN", err);
     if (st != PB_OK)
         return st;
+    if (m->traceparent) { /* a round trip of its own, but commit_inbox_first has many */
+        const char *tp[2] = {m->traceparent, m->tracestate ? m->tracestate : ""};
+        PGresult *tr = PQexecPrepared(ib->conn, "pb_inbox_trace", 2, tp, NULL, NULL, 0);
+        if ((st = pb_pg_check(ib->conn, tr, PGRES_TUPLES_OK, "set the trace context", err)) != PB_OK)
+            return st;
+        PQclear(tr);
+    }
     build_metadata(ib, m);
     const char *hp[3] = {m->body, m->headers ? m->headers : "{}", ib->scratch.data};
     PGresult *res = PQexecPrepared(ib->conn, ib->handler_names[handler], 3, hp, NULL, NULL, 0);
@@ -926,6 +995,7 @@ pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, const uint
     st = pb_pg_exec(ib->conn, "BEGIN", err);
     if (st != PB_OK)
         return st;
+    trace_begin(ib);
     bool aborted = false;
     st = handle_in_tx(ib, msgs, flags, n, verdicts, &local, savepoints, &aborted, err);
     if (st == PB_OK && aborted) {
@@ -933,6 +1003,7 @@ pb_status_t pb_inbox_handle(pb_inbox_t *ib, const pb_message_t *msgs, const uint
         ib->careful_batches = CAREFUL_BATCHES;
         local = (pb_inbox_counts_t){0};
         aborted = false;
+        trace_begin(ib);
         if ((st = pb_pg_exec(ib->conn, "ROLLBACK", err)) == PB_OK &&
             (st = pb_pg_exec(ib->conn, "BEGIN", err)) == PB_OK)
             st = handle_in_tx(ib, msgs, flags, n, verdicts, &local, true, &aborted, err);

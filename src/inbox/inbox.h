@@ -24,6 +24,7 @@
 #include "inbox/disorder.h"
 #include "inbox/screen.h"
 #include "inbox/sequence.h"
+#include "otlp/traceparent.h"
 #include "source/source.h"
 
 typedef enum pb_inbox_action {
@@ -80,6 +81,12 @@ typedef struct pb_inbox {
     const char *seq_params[5];
     pb_disorder_t disorder;    /* out-of-order warnings, once a minute per aggregate */
     pb_screen_t screen;        /* the batch as PostgreSQL can take it */
+    /* The trace context the open transaction holds (send_message): when known, a message
+     * with the same one (most often the next event of the same producer transaction) sends
+     * none; unknown after a rollback to a savepoint. "" for none. */
+    bool trace_known;
+    char trace_parent[128]; /* version 00 has 55 characters; a longer one stays unknown */
+    char trace_state[PB_TRACESTATE_MAX + 1];
     int careful_batches; /* how many more batches run with a savepoint per message */
     int slow_batches;    /* how many more batches skip the fast path (it met duplicates) */
     void (*wait_fn)(void *arg, int pg_fd); /* see pb_inbox_set_wait */

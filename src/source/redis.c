@@ -41,8 +41,8 @@
  *
  * pb_message_t: message_id = the entry's event_id field (or consume.message_id_header), type =
  * event_type, aggregate_type, aggregate_id, sequence = PB_SEQUENCE_HEADER, body = payload, headers = the
- * headers field (a JSON object) with event_type, aggregate_type, aggregate_id, created_at and
- * the sequence added, routing_key = exchange = the stream, redelivered when the entry was
+ * headers field (a JSON object) with event_type, aggregate_type, aggregate_id, created_at,
+ * the sequence, traceparent, tracestate and the ce_ fields added (headers_of), routing_key = exchange = the stream, redelivered when the entry was
  * delivered before, deliveries = the group's delivery count of the entry (XPENDING, for entries
  * handed out again; 1 for new ones), timestamp = the entry id's milliseconds (when Redis stored
  * it).
@@ -417,8 +417,14 @@ static const char *headers_of(redis_source_t *s, const redisReply *fields)
         json_decref(obj);
         obj = json_object();
     }
+    /* the entry's fields of its own, the trace context and the CloudEvents attributes
+     * (cloudevents.h's Redis mapping, or another producer's ce_ fields) among them */
     static const char *const own[] = {"event_type", "aggregate_type", "aggregate_id",
-                                      "created_at", PB_SEQUENCE_HEADER};
+                                      "created_at", PB_SEQUENCE_HEADER, "traceparent",
+                                      "tracestate", "ce_specversion", "ce_id", "ce_source",
+                                      "ce_type", "ce_subject", "ce_time",
+                                      "ce_datacontenttype", "ce_traceparent", "ce_tracestate",
+                                      "ce_aggregatesequence"};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) {
         const char *v = text_field(fields, own[k]);
         if (v && !json_object_get(obj, own[k]))

@@ -41,6 +41,9 @@ typedef struct pb_message {
     uint64_t body_dropped;   /* > 0: the body had this many bytes, above consume.max_message_size,
                               * and was not kept (body is "", body_len 0) */
     const char *headers;     /* JSON object text of the message headers ("{}" if none) */
+    const char *traceparent; /* W3C trace context from the headers (source/envelope.h), NULL if
+                              * none; set by the consumer, not by the source */
+    const char *tracestate;  /* likewise, only with a traceparent */
     bool redelivered;
     int64_t timestamp;       /* timestamp property (unix seconds), 0 if none */
     int deliveries;          /* times the broker has handed it out, this time included, where

@@ -79,6 +79,11 @@ static const char inbox_seq_advance_sql[] =
 static const char inbox_seq_advance_past_sql[] =
     "SELECT postbox.inbox_advance_past($1, $2::text[], $3::text[], $4::bigint[], $5::bigint[])";
 
+/* The trace context of the message whose handler runs next, for the handler to read with
+ * current_setting('postbox.traceparent', true): local to the transaction (or the savepoint). */
+static const char inbox_trace_sql[] =
+    "SELECT set_config('postbox.traceparent', $1, true), set_config('postbox.tracestate', $2, true)";
+
 static const pb_pg_statement_t statements[] = {
     {"pb_inbox_claim_batch", inbox_claim_batch_sql},
     {"pb_inbox_claim_all", inbox_claim_all_sql},
@@ -94,6 +99,7 @@ static const pb_pg_statement_t statements[] = {
     {"pb_inbox_seq_purged", inbox_seq_purged_sql},
     {"pb_inbox_seq_advance", inbox_seq_advance_sql},
     {"pb_inbox_seq_advance_past", inbox_seq_advance_past_sql},
+    {"pb_inbox_trace", inbox_trace_sql},
 };
 
 pb_status_t pb_inbox_sql_prepare(PGconn *conn, pb_error_t *err)

@@ -16,7 +16,7 @@
  *   amqp-tool count URL QUEUE
  *       the queue's message count (passive declare)
  *   amqp-tool publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW [--batches | --two-batches[=K]]
- *                         [--sequence]
+ *                         [--sequence] [--traceparent]
  *       the benchmark's baseline: N persistent messages of SIZE bytes with publisher confirms,
  *       at most WINDOW unconfirmed (a sliding window; multiple acks handled), with the
  *       properties and the two aggregate headers the relay sets; prints "published N in S
@@ -474,8 +474,8 @@ static int cmd_publish_raw(int argc, char **argv)
 {
     if (argc < 6)
         die("usage: publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW "
-            "[--batches | --two-batches[=K]] [--sequence]");
-    bool batchwise = false, two = false, with_seq = false;
+            "[--batches | --two-batches[=K]] [--sequence] [--traceparent]");
+    bool batchwise = false, two = false, with_seq = false, with_trace = false;
     long wait_back = 0;
     for (int i = 6; i < argc; i++) {
         if (!strcmp(argv[i], "--batches"))
@@ -487,6 +487,8 @@ static int cmd_publish_raw(int argc, char **argv)
             wait_back = parse_long(argv[i] + 14, "--two-batches=K", 1, 100000000);
         } else if (!strcmp(argv[i], "--sequence"))
             with_seq = true;
+        else if (!strcmp(argv[i], "--traceparent"))
+            with_trace = true;
         else
             die("unknown option %s", argv[i]);
     }
@@ -519,7 +521,7 @@ static int cmd_publish_raw(int argc, char **argv)
      * app_id, headers aggregate_type/aggregate_id (and with --sequence aggregate_sequence, the
      * third header the relay sets since schema version 9). */
     char uuid[37], agg_id[32];
-    amqp_table_entry_t hdr[3];
+    amqp_table_entry_t hdr[4];
     hdr[0].key = amqp_cstring_bytes("aggregate_type");
     hdr[0].value.kind = AMQP_FIELD_KIND_UTF8;
     hdr[0].value.value.bytes = amqp_cstring_bytes("bench");
@@ -536,7 +538,14 @@ static int cmd_publish_raw(int argc, char **argv)
     props.app_id = amqp_cstring_bytes("amqp-tool");
     hdr[2].key = amqp_cstring_bytes("aggregate_sequence");
     hdr[2].value.kind = AMQP_FIELD_KIND_I64;
-    props.headers.num_entries = with_seq ? 3 : 2;
+    int n_hdr = with_seq ? 3 : 2;
+    if (with_trace) {
+        hdr[n_hdr].key = amqp_cstring_bytes("traceparent");
+        hdr[n_hdr].value.kind = AMQP_FIELD_KIND_UTF8;
+        hdr[n_hdr++].value.value.bytes =
+            amqp_cstring_bytes("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    }
+    props.headers.num_entries = n_hdr;
     props.headers.entries = hdr;
     amqp_bytes_t payload = {(size_t)size, body};
     const uint64_t seed = (uint64_t)time(NULL) * 2654435761u;

@@ -25,9 +25,10 @@
  *       [TAB the value of header H, for each --header in order (at most 16)]
  *       (headers; tabs and newlines inside fields become spaces). Stops once at least N
  *       messages arrived and none arrived for MS milliseconds; exit 1 when S seconds pass first
- *   nats-tool publish URL SUBJECT MSGID TYPE BODY [COUNT]
+ *   nats-tool publish URL SUBJECT MSGID TYPE BODY [COUNT] [--header NAME=VALUE]...
  *       COUNT (default 1) copies of one message, synchronously acknowledged by JetStream, with
- *       Nats-Msg-Id MSGID (empty: none) and header event_type TYPE (empty: none), BODY @FILE
+ *       Nats-Msg-Id MSGID (empty: none) and header event_type TYPE (empty: none), each
+ *       --header as given (at most 16; a producer of another kind, e.g. CloudEvents), BODY @FILE
  *       the bytes of FILE (NUL bytes included); prints
  *       "stored S, duplicates D"; exit 1 when JetStream refuses one
  *   nats-tool publish-raw URL SUBJECT N SIZE MAXPENDING
@@ -306,8 +307,27 @@ static int cmd_drain(int argc, char **argv)
 
 static int cmd_publish(int argc, char **argv)
 {
+    /* the --header options at the end, NAME=VALUE each */
+    const char *hdr_name[16], *hdr_value[16];
+    char *hdr_copy[16];
+    int n_hdr = 0;
+    while (argc >= 2 && strcmp(argv[argc - 2], "--header") == 0) {
+        if (n_hdr == 16)
+            die("at most 16 --header options");
+        char *eq = strchr(argv[argc - 1], '=');
+        if (!eq || eq == argv[argc - 1])
+            die("--header wants NAME=VALUE, not '%s'", argv[argc - 1]);
+        hdr_copy[n_hdr] = strdup(argv[argc - 1]);
+        if (!hdr_copy[n_hdr])
+            die("out of memory");
+        hdr_copy[n_hdr][eq - argv[argc - 1]] = '\0';
+        hdr_name[n_hdr] = hdr_copy[n_hdr];
+        hdr_value[n_hdr] = hdr_copy[n_hdr] + (eq - argv[argc - 1]) + 1;
+        n_hdr++;
+        argc -= 2;
+    }
     if (argc < 5 || argc > 6)
-        die("usage: publish URL SUBJECT MSGID TYPE BODY [COUNT]");
+        die("usage: publish URL SUBJECT MSGID TYPE BODY [COUNT] [--header NAME=VALUE]...");
     long count = argc == 6 ? parse_long(argv[5], "COUNT", 1, 1000000) : 1;
     const char *body = argv[4];
     size_t body_len = strlen(body);
@@ -336,6 +356,8 @@ static int cmd_publish(int argc, char **argv)
         check(natsMsg_Create(&m, argv[1], NULL, body, (int)body_len), "message");
         if (*argv[3])
             check(natsMsgHeader_Set(m, "event_type", argv[3]), "header");
+        for (int h = 0; h < n_hdr; h++)
+            check(natsMsgHeader_Set(m, hdr_name[h], hdr_value[h]), "header");
         jsPubOptions po;
         jsPubOptions_Init(&po);
         if (*argv[2])
@@ -355,6 +377,8 @@ static int cmd_publish(int argc, char **argv)
     }
     printf("stored %ld, duplicates %ld\n", stored, dups);
     free(file_body);
+    for (int h = 0; h < n_hdr; h++)
+        free(hdr_copy[h]);
     close_all();
     return 0;
 }
