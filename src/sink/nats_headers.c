@@ -15,11 +15,12 @@ void pb_nats_headers_reset(pb_nats_headers_t *h)
 void pb_nats_headers_add(pb_nats_headers_t *h, const char *key, size_t klen, const char *val,
                          size_t vlen)
 {
-    pb_buf_append(&h->block, key, klen);
-    h->last_sep = h->block.len;
-    pb_buf_append(&h->block, ": ", 2);
-    pb_buf_append(&h->block, val, vlen);
-    pb_buf_append(&h->block, "\r\n", 2);
+    h->last_sep = h->block.len + klen;
+    char *p = pb_buf_extend(&h->block, klen + 2 + vlen + 2); /* per header: one growth check */
+    memcpy(p, key, klen);
+    memcpy(p + klen, ": ", 2);
+    memcpy(p + klen + 2, val, vlen);
+    memcpy(p + klen + 2 + vlen, "\r\n", 2);
     h->n++;
 }
 
