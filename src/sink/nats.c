@@ -264,20 +264,19 @@ static pb_status_t sink_connect(pb_sink_t *snk, pb_error_t *err)
     s->max_payload = natsConnection_GetMaxPayload(s->nc);
     if (s->max_payload <= 0)
         s->max_payload = DEFAULT_MAX_PAYLOAD;
-    char why[160] = "";
+    char headers[200] = "as one block";
     if (s->hdr_mode != PB_NATS_HDR_PACKED) { /* a library property: once it passed, it holds */
-        char probe[sizeof s->inbox + 8];
+        char probe[sizeof s->inbox + 8], why[160];
         snprintf(probe, sizeof probe, "%s.probe", s->inbox); /* not "<inbox>.*.*": no ack */
         if (pb_nats_headers_probe(s->nc, probe, PROBE_WAIT_MS, why, sizeof why))
             s->hdr_mode = PB_NATS_HDR_PACKED;
+        else
+            snprintf(headers, sizeof headers, "set one by one (block check: %s)", why);
     }
-    log_info(FAC, "connected to nats at %s (jetstream, max_payload %lld); %s %s; headers %s%s%s",
+    log_info(FAC, "connected to nats at %s (jetstream, max_payload %lld); %s %s; headers %s",
              s->where, (long long)s->max_payload,
              s->stream.created ? "created" : s->stream.updated ? "updated" : "using",
-             s->stream.text,
-             s->hdr_mode == PB_NATS_HDR_PACKED ? "as one block" : "set one by one (block check: ",
-             s->hdr_mode == PB_NATS_HDR_PACKED ? "" : why,
-             s->hdr_mode == PB_NATS_HDR_PACKED ? "" : ")");
+             s->stream.text, headers);
     return PB_OK;
 }
 

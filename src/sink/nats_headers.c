@@ -97,11 +97,20 @@ bool pb_nats_headers_probe(natsConnection *nc, const char *subject, int64_t time
                             strlen(probe_vals[i]));
     const char *step = "subscribing";
     natsStatus ns = natsConnection_SubscribeSync(&sub, nc, subject);
-    if (ns == NATS_OK && (step = "building the message",
-                          ns = natsMsg_Create(&m, subject, NULL, "", 0)) == NATS_OK)
+    if (ns == NATS_OK) {
+        step = "building the message";
+        ns = natsMsg_Create(&m, subject, NULL, "", 0);
+    }
+    if (ns == NATS_OK)
         ns = pb_nats_headers_apply(&h, m, PB_NATS_HDR_PACKED);
-    if (ns == NATS_OK && (step = "publishing", ns = natsConnection_PublishMsg(nc, m)) == NATS_OK)
-        step = "waiting for it", ns = natsSubscription_NextMsg(&got, sub, timeout_ms);
+    if (ns == NATS_OK) {
+        step = "publishing";
+        ns = natsConnection_PublishMsg(nc, m);
+    }
+    if (ns == NATS_OK) {
+        step = "waiting for it";
+        ns = natsSubscription_NextMsg(&got, sub, timeout_ms);
+    }
     bool ok = false;
     if (ns != NATS_OK)
         snprintf(why, n, "%s: %s", step, natsStatus_GetText(ns));
