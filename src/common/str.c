@@ -285,6 +285,15 @@ void pb_buf_append(pb_buf_t *b, const char *s, size_t n)
     b->data[b->len] = '\0';
 }
 
+char *pb_buf_extend(pb_buf_t *b, size_t n)
+{
+    reserve(b, n);
+    char *at = b->data + b->len;
+    b->len += n;
+    b->data[b->len] = '\0';
+    return at;
+}
+
 void pb_buf_puts(pb_buf_t *b, const char *s)
 {
     pb_buf_append(b, s, strlen(s));

@@ -17,6 +17,9 @@ typedef struct pb_buf {
 void pb_buf_reset(pb_buf_t *b); /* len = 0, keeps the memory */
 void pb_buf_free(pb_buf_t *b);
 void pb_buf_append(pb_buf_t *b, const char *s, size_t n);
+/* n more bytes at the end, for the caller to write (one growth check for a record of several
+ * parts); returns where they start. */
+char *pb_buf_extend(pb_buf_t *b, size_t n);
 void pb_buf_puts(pb_buf_t *b, const char *s);
 void pb_buf_putc(pb_buf_t *b, char c);
 void pb_buf_printf(pb_buf_t *b, const char *fmt, ...) PB_PRINTF(2, 3);

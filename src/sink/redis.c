@@ -39,6 +39,7 @@
 #include "common/str.h"
 #include "metrics/metrics.h"
 #include "sink/cloudevents.h"
+#include "sink/redis_command.h"
 
 #define FAC "sink.redis"
 #define STREAM_MAX 1024
@@ -60,6 +61,7 @@ typedef struct redis_sink {
     char *written[SAMPLED_STREAMS]; /* streams written to, for /metrics (owned) */
     size_t nwritten;
     int64_t sample_due_ms;
+    pb_buf_t cmd; /* the XADD being written (redis_command.h) */
 } redis_sink_t;
 
 /* Remembers a stream written to, for the length samples (the first SAMPLED_STREAMS). */
@@ -241,7 +243,7 @@ static bool append_xadd(redis_sink_t *s, const pb_event_t *ev, const char *strea
         STR_ARG(trace_keys[k]);
         ARG(val + 1, vlen - 2);
     }
-    if (s->base.ce) { /* CloudEvents, postbox's mapping: hiredis copies every argument */
+    if (s->base.ce) { /* CloudEvents, postbox's mapping: the command copies every argument */
         pb_ce_attr_t attrs[PB_CE_NATTRS];
         size_t na = pb_ce_attrs(s->base.ce, ev, attrs);
         for (size_t a = 0; a < na; a++) {
@@ -252,7 +254,8 @@ static bool append_xadd(redis_sink_t *s, const pb_event_t *ev, const char *strea
 #undef STR_ARG
 #undef ARG
     PB_ASSERT(argc <= XADD_ARGS_MAX);
-    return redisAppendCommandArgv(s->c, argc, argv, len) == REDIS_OK;
+    pb_redis_command(&s->cmd, argc, argv, len);
+    return redisAppendFormattedCommand(s->c, s->cmd.data, s->cmd.len) == REDIS_OK;
 }
 
 /* Writes the output buffer out; false when the connection failed. */
@@ -389,6 +392,7 @@ static void sink_free(pb_sink_t *snk)
     drop_connection(s);
     for (size_t i = 0; i < s->nwritten; i++)
         free(s->written[i]);
+    pb_buf_free(&s->cmd);
     pb_ce_free(s->base.ce);
     free(s);
 }
