@@ -258,6 +258,19 @@ void pb_judge_slot(pb_check_report_t *r, const pb_check_slot_t *s, const pb_conf
                                            "keeps WAL for ever: postbox cdc drop-slot");
         return;
     }
+    if (cfg->cdc_max_slot_lag_age > 0 && s->unrelayed_age_ms > cfg->cdc_max_slot_lag_age) {
+        f = pb_check_add(r, PB_CHECK_FAIL, "cdc.slot",
+                         "replication slot \"%s\" holds WAL with an outbox row not relayed for %s, "
+                         "more than cdc.max_slot_lag_age %s (%s)",
+                         slot, fmt_ms(s->unrelayed_age_ms, a, sizeof a),
+                         fmt_ms(cfg->cdc_max_slot_lag_age, b, sizeof b),
+                         s->active ? "a relay streams it" : "no relay streams it");
+        pb_check_hint(f, "%s", s->active ? "the relay does not keep up or cannot publish: see "
+                                           "postbox status and its log (the broker)"
+                                         : "start the cdc relay; a slot no one will stream again "
+                                           "keeps WAL for ever: postbox cdc drop-slot");
+        return;
+    }
     if (!s->active && !at_start) {
         f = pb_check_add(r, PB_CHECK_WARN, "cdc.slot",
                          "replication slot \"%s\" is inactive: no relay streams it (it keeps %s "
