@@ -56,6 +56,7 @@
 #include "store/dead_letters.h"
 #include "store/outbox.h"
 #include "store/pg.h"
+#include "store/slot_position.h"
 
 #define FAC "relay.cdc"
 #define IDLE_TICK_MS 1000
@@ -220,7 +221,7 @@ static void close_stream(cdc_capture_t *r)
     pb_spill_free(r->replay);
     r->replay = NULL;
     r->drain_xid = 0;
-    pb_slot_age_clear(&r->age);
+    /* r->age stays: the slot holds those transactions until it confirms past them */
     /* everything unconfirmed is sent again by the server */
     clear_buf(&r->bufs[0]);
     clear_buf(&r->bufs[1]);
@@ -690,14 +691,26 @@ static pb_status_t flush_marks(cdc_capture_t *r, pb_error_t *err)
 static pb_status_t measure_lag(cdc_capture_t *r, pb_error_t *err)
 {
     int64_t now = pb_monotonic_ms();
-    if (now - r->lag_at < r->base.cfg->cdc_lag_interval)
+    if (!r->conn || now - r->lag_at < r->base.cfg->cdc_lag_interval)
         return PB_OK;
     /* the connection serves one statement at a time */
     pb_status_t st = finish_mark(r, true, err);
     if (st != PB_OK)
         return st;
     r->lag_at = now;
-    return pb_slot_guard_measure(&r->guard, r->conn, pb_slot_age_ms(&r->age, pb_wall_us()), err);
+    int64_t age_ms = pb_slot_age_ms(&r->age, pb_wall_us());
+    /* with the stream closed (a broker lost between batches) nothing is read: the oldest outbox
+     * row not relayed tells the age instead, as `postbox status` judges it */
+    const pb_config_t *cfg = r->base.cfg;
+    if (!r->streaming && cfg->cdc_max_slot_lag_age > 0 && cfg->cdc_mark_published &&
+        !cfg->cdc_delete_after_insert) {
+        int64_t unrelayed_ms;
+        if ((st = pb_slot_unrelayed_age(r->conn, cfg->cdc_slot, &unrelayed_ms, err)) != PB_OK)
+            return st;
+        if (unrelayed_ms > age_ms)
+            age_ms = unrelayed_ms;
+    }
+    return pb_slot_guard_measure(&r->guard, r->conn, age_ms, err);
 }
 
 /* --drain: writes a marker into the WAL; once the stream reaches it, everything committed
@@ -1253,12 +1266,13 @@ static pb_status_t cdc_wait(pb_capture_t *cap, pb_capture_tick_fn tick, void *ar
 }
 
 /* While a failed event is retried in place the stream stands still and the WAL grows: the lag
- * is measured (and cdc.max_slot_lag watched) all the same. */
+ * is measured (and its limits watched) all the same. So it is while the driver waits for a
+ * broker lost between batches, the stream closed by finish (nothing to confirm then). */
 static pb_status_t cdc_keepalive(pb_capture_t *cap, pb_error_t *err)
 {
     cdc_capture_t *r = (cdc_capture_t *)cap;
     pb_status_t st = measure_lag(r, err);
-    return st == PB_OK ? confirm(r, r->stream.confirmed_lsn, false, err) : st;
+    return st == PB_OK && r->streaming ? confirm(r, r->stream.confirmed_lsn, false, err) : st;
 }
 
 static pb_status_t cdc_tick(pb_capture_t *cap, pb_error_t *err)

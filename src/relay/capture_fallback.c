@@ -64,6 +64,7 @@ typedef struct fallback_capture {
     /* the slot went over its limit while a failed batch was retried in place: the batch is
      * given up and the fallback entered at the next connect (fall_reason says why) */
     bool fall_due;
+    bool fall_in_place; /* a batch was with the driver, else it waited for a broker lost */
     char fall_reason[256];
     int64_t since_ms;     /* when the fallback (or the last try to return) began */
     int64_t *snap_ids;    /* PHASE_RETURNING: the rows pending in the new slot's snapshot */
@@ -288,8 +289,9 @@ static pb_status_t fb_connect(pb_capture_t *cap, pb_error_t *err)
     }
     if (f->fall_due) { /* over the limit while a batch was retried in place (fb_keepalive) */
         char reason[320];
-        snprintf(reason, sizeof reason, "slot %s while a failed batch was retried in place",
-                 f->fall_reason);
+        snprintf(reason, sizeof reason, "slot %s %s", f->fall_reason,
+                 f->fall_in_place ? "while a failed batch was retried in place"
+                                  : "while the broker was unreachable");
         st = f->phase == PHASE_CDC ? enter_poll(f, reason, err) : PB_OK;
         if (st != PB_OK)
             return st;
@@ -308,7 +310,8 @@ static void fb_disconnect(pb_capture_t *cap)
 {
     fallback_capture_t *f = (fallback_capture_t *)cap;
     pb_error_t why;
-    if (f->fall_due && f->phase == PHASE_CDC && f->active->ops->connected(f->active) &&
+    if (f->fall_due && f->fall_in_place && f->phase == PHASE_CDC &&
+        f->active->ops->connected(f->active) &&
         pb_capture_cdc_give_up(f->active, &why) != PB_OK)
         log_warn(FAC, "could not record the batches before the fallback (they are published "
                       "again): %s",
@@ -370,10 +373,14 @@ static pb_status_t fb_keepalive(pb_capture_t *cap, pb_error_t *err)
         !pb_capture_cdc_over_limit(f->active, f->fall_reason, sizeof f->fall_reason))
         return st;
     f->fall_due = true;
+    f->fall_in_place = f->out;
     return pb_fail(err, PB_TRANSIENT,
-                   "replication slot \"%s\" %s while a failed batch is retried in place: the "
-                   "batch is given up and published by polling (cdc.on_excess_lag = poll)",
-                   cap->cfg->cdc_slot, f->fall_reason);
+                   "replication slot \"%s\" %s %s: falling back to poll (cdc.on_excess_lag = "
+                   "poll)%s",
+                   cap->cfg->cdc_slot, f->fall_reason,
+                   f->out ? "while a failed batch is retried in place"
+                          : "while the broker is unreachable",
+                   f->out ? ", the batch given up to the poll capture" : "");
 }
 
 static pb_status_t switch_if_due(fallback_capture_t *f, pb_error_t *err);

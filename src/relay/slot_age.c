@@ -39,8 +39,10 @@ static void grow(pb_slot_age_t *a)
 
 void pb_slot_age_note(pb_slot_age_t *a, uint64_t commit_lsn, int64_t pg_commit_time)
 {
-    if (a->n > 0 && at(a, a->n - 1)->commit_lsn == commit_lsn)
-        return; /* another event of the newest transaction */
+    /* another event of the newest transaction, or one read again after the stream was opened
+     * anew (the server sends every unconfirmed transaction again, in the same order) */
+    if (a->n > 0 && commit_lsn <= at(a, a->n - 1)->commit_lsn)
+        return;
     if (a->n == a->cap)
         grow(a);
     *at(a, a->n) = (pb_slot_age_txn_t){commit_lsn, pg_commit_time + PG_EPOCH_UNIX_US};
@@ -54,12 +56,6 @@ void pb_slot_age_confirmed(pb_slot_age_t *a, uint64_t confirmed_lsn)
         a->head = (a->head + 1) % a->cap;
         a->n--;
     }
-}
-
-void pb_slot_age_clear(pb_slot_age_t *a)
-{
-    a->head = 0;
-    a->n = 0;
 }
 
 int64_t pb_slot_age_ms(const pb_slot_age_t *a, int64_t now_us)

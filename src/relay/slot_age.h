@@ -31,14 +31,12 @@ void pb_slot_age_init(pb_slot_age_t *a);
 void pb_slot_age_free(pb_slot_age_t *a);
 
 /* An event of the transaction committed at commit_lsn (pgoutput commit_time: microseconds since
- * 2000-01-01) was read; a transaction is noted once, at its first event. */
+ * 2000-01-01) was read; a transaction is noted once, at its first event, and not again when a
+ * stream opened anew sends it again. */
 void pb_slot_age_note(pb_slot_age_t *a, uint64_t commit_lsn, int64_t pg_commit_time);
 
 /* The slot's confirmed position is now confirmed_lsn: the transactions it passed are let go. */
 void pb_slot_age_confirmed(pb_slot_age_t *a, uint64_t confirmed_lsn);
-
-/* The stream was closed: the server sends every unconfirmed transaction again. */
-void pb_slot_age_clear(pb_slot_age_t *a);
 
 /* Milliseconds from the oldest unconfirmed transaction's commit to now_us (unix microseconds);
  * 0 when none is held (or the server's clock is ahead). */

@@ -127,7 +127,7 @@ void pb_slot_guard_explain_over(const pb_slot_guard_t *g, char *buf, size_t n)
                        (long long)g->lag, (long long)cfg->cdc_max_slot_lag);
     if (over_age(g) && len >= 0 && (size_t)len < n)
         snprintf(buf + len, n - (size_t)len,
-                 "%sWAL with outbox changes unconfirmed for %lld ms is over "
+                 "%sage %lld ms (its oldest unconfirmed outbox change) is over "
                  "cdc.max_slot_lag_age (%lld ms)",
                  len ? "; " : "", (long long)g->age_ms, (long long)cfg->cdc_max_slot_lag_age);
 }
