@@ -111,6 +111,10 @@ static pb_status_t enter_poll(fallback_capture_t *f, const char *reason, pb_erro
     f->phase = PHASE_POLL;
     f->base.ops = &fallback_poll_ops;
     pb_metrics_set_cdc_fallback(slot, true);
+    /* the slot is given up: no lag it keeps, nothing over a limit (the alerts quieten) */
+    pb_metrics_set_slot_lag(slot, 0);
+    pb_metrics_set_slot_lag_age(slot, 0);
+    pb_metrics_set_slot_lag_over(slot, false);
     f->caught_up = false;
     f->since_ms = pb_monotonic_ms();
     log_warn(FAC, "capture poll active (cdc.on_excess_lag = poll): %s; replication slot \"%s\" "
