@@ -46,19 +46,7 @@ wait_until 'grep -q "consuming queue" "$CONSUMER_LOG"' 30 ||
 start_cdc_relay "${RELAY_ARGS[@]:2}"
 
 # the producers: transaction k enqueues seq k of every aggregate, until $PB_TMP/stop exists
-(
-    k=0
-    until [[ -e $PB_TMP/stop ]]; do
-        k=$((k + 1))
-        psql_q "SELECT count(postbox.enqueue('order', 'agg-' || a, 'created.v1',
-                                             jsonb_build_object('agg', 'agg-' || a, 'seq', $k)))
-                  FROM generate_series(1, $N_AGG) a" >/dev/null || exit 1
-        sleep 0.02
-    done
-) &
-PRODUCER_PID=$!
-PB_PIDS+=("$PRODUCER_PID")
-on_exit "touch $PB_TMP/stop"
+start_seq_producers $N_AGG
 wait_until '(($(inbox_count) >= 200))' 30 || fail "events do not flow in cdc (inbox $(inbox_count))"
 say "cdc: $(inbox_count) events applied"
 

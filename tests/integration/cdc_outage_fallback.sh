@@ -39,18 +39,7 @@ start_cdc_relay --set amqp.url="$RELAY_URL" --set cdc.on_excess_lag=poll --set c
     --set relay.max_attempts=100000
 
 # the producers: transaction k enqueues seq k of every aggregate, until $PB_TMP/stop exists
-(
-    k=0
-    until [[ -e $PB_TMP/stop ]]; do
-        k=$((k + 1))
-        psql_q "SELECT count(postbox.enqueue('order', 'agg-' || a, 'created.v1', jsonb_build_object('seq', $k)))
-                  FROM generate_series(1, $N_AGG) a" >/dev/null || exit 1
-        sleep 0.02
-    done
-) &
-PRODUCER_PID=$!
-PB_PIDS+=("$PRODUCER_PID")
-on_exit "touch $PB_TMP/stop"
+start_seq_producers $N_AGG
 wait_until '(($(queue_count) >= 200))' 30 || fail "events do not flow in cdc (queue $(queue_count))"
 say "cdc: $(queue_count) events in the queue"
 
