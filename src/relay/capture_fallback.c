@@ -4,8 +4,9 @@
  *
  * cdc -> poll, when the slot's lag was over cdc.max_slot_lag (or its age over
  * cdc.max_slot_lag_age) at its last measure: the cdc capture finishes (relayed rows marked, their
- * LSN confirmed) and lets go of the stream; while a failed batch is retried in place (a broker
- * outage), that batch is given up first (fb_keepalive), unconfirmed and unmarked; then
+ * LSN confirmed) and lets go of the stream; during a broker outage too (fb_keepalive): a failed
+ * batch retried in place is given up first, unconfirmed and unmarked, and a relay waiting for a
+ * broker it lost between batches falls back from the wait; then
  * postbox.cdc_fallback records the fallback, the slot's recorded position is forgotten, the
  * outbox rows set aside in postbox.cdc_deferred go back to the outbox (store/cdc_fallback.h) and
  * the slot is dropped: the server keeps no more WAL for the relay. Every relayed row is marked
@@ -61,8 +62,8 @@ typedef struct fallback_capture {
     bool slot_dropped;    /* in the fallback, the old slot (or a return's) is gone */
     bool caught_up;       /* the poll capture's last batch was smaller than relay.batch_size */
     bool out;             /* a batch is with the driver */
-    /* the slot went over its limit while a failed batch was retried in place: the batch is
-     * given up and the fallback entered at the next connect (fall_reason says why) */
+    /* the slot went over its limit during a broker outage (fb_keepalive): the fallback is
+     * entered at the next connect (fall_reason says why), a batch in hand given up first */
     bool fall_due;
     bool fall_in_place; /* a batch was with the driver, else it waited for a broker lost */
     char fall_reason[256];
@@ -291,7 +292,7 @@ static pb_status_t fb_connect(pb_capture_t *cap, pb_error_t *err)
             pb_metrics_set_cdc_fallback(cap->cfg->cdc_slot, false);
         f->known = true;
     }
-    if (f->fall_due) { /* over the limit while a batch was retried in place (fb_keepalive) */
+    if (f->fall_due) { /* over the limit during a broker outage (fb_keepalive) */
         char reason[320];
         snprintf(reason, sizeof reason, "slot %s %s", f->fall_reason,
                  f->fall_in_place ? "while a failed batch was retried in place"
@@ -364,11 +365,12 @@ static pb_status_t fb_wait(pb_capture_t *cap, pb_capture_tick_fn tick, void *arg
     return f->active->ops->wait(f->active, tick, arg, err);
 }
 
-/* A broker outage is the usual way a slot falls behind, and the driver retries the failed batch
- * in place meanwhile: over the limit then, the batch is given up (the driver lets go of it on
- * this PB_TRANSIENT, and fb_disconnect has the cdc capture write what it settled before), and
- * fb_connect falls back. Nothing of the batch was confirmed or marked: the poll capture
- * publishes it again, in id order per aggregate, once the broker is back. */
+/* A broker outage is the usual way a slot falls behind, and the driver calls keepalive meanwhile:
+ * while it retries a failed batch in place, and while it waits for a broker lost between batches
+ * (the cdc capture finished then). Over the limit, this PB_TRANSIENT ends the wait: a batch in
+ * hand is given up (the driver lets go of it, and fb_disconnect has the cdc capture write what
+ * it settled before), and fb_connect falls back. Nothing of the batch was confirmed or marked:
+ * the poll capture publishes it again, in id order per aggregate, once the broker is back. */
 static pb_status_t fb_keepalive(pb_capture_t *cap, pb_error_t *err)
 {
     fallback_capture_t *f = (fallback_capture_t *)cap;

@@ -172,9 +172,13 @@ pb_status_t pb_slot_guard_measure(pb_slot_guard_t *g, PGconn *conn, int64_t age_
         return st;
     if (lag < 0)
         return PB_OK;
-    log_info(FAC, "slot \"%s\" lag: %lld bytes behind the current WAL position; the oldest "
-                  "unconfirmed outbox change committed %lld ms ago",
-             g->cfg->cdc_slot, (long long)lag, (long long)age_ms);
+    if (age_ms > 0)
+        log_info(FAC, "slot \"%s\" lag: %lld bytes behind the current WAL position; the oldest "
+                      "unconfirmed outbox change committed %lld ms ago",
+                 g->cfg->cdc_slot, (long long)lag, (long long)age_ms);
+    else
+        log_info(FAC, "slot \"%s\" lag: %lld bytes behind the current WAL position",
+                 g->cfg->cdc_slot, (long long)lag);
     g->lag = lag;
     g->age_ms = age_ms;
     pb_metrics_set_slot_lag(g->cfg->cdc_slot, lag);
