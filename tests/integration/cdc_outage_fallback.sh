@@ -74,10 +74,12 @@ cdc_wait_caught_up 30
 
 # ---- an outage found between batches: the relay waits for the broker with its stream closed ------
 # and judges the age by the oldest outbox row not relayed
+idle_lost() { grep -c "connection lost while idle" "$PB_RELAY_LOG" || true; }
+lost0=$(idle_lost)
 kill -KILL "$PROXY_PID"
 wait "$PROXY_PID" 2>/dev/null || true
 t_down=$(date +%s%N)
-wait_until 'grep -q "connection lost while idle" "$PB_RELAY_LOG"' 60 || fail "the idle relay never noticed the outage"
+wait_until '(($(idle_lost) > lost0))' 60 || fail "the idle relay never noticed the outage"
 k=$(psql_q "SELECT max((payload->>'seq')::int) FROM postbox.outbox_all")
 enqueue_seq $N_AGG $((k + 1)) $((k + 5)) >/dev/null
 wait_until '(($(grep -c "capture poll active" "$PB_RELAY_LOG") >= 2))' 60 ||
