@@ -87,6 +87,13 @@ void pb_check_cdc(pb_check_ctx_t *ctx)
         slot.retained_bytes = int_or(res, 5, 0);
     }
     PQclear(res);
+    slot.unrelayed_age_ms = -1;
+    if (slot.exists && !ctx->schema_absent && cfg->cdc_max_slot_lag_age > 0 &&
+        cfg->cdc_mark_published && !cfg->cdc_delete_after_insert) {
+        pb_error_t err; /* unreadable: the schema and privilege items say why */
+        if (pb_slot_unrelayed_age(ctx->conn, cfg->cdc_slot, &slot.unrelayed_age_ms, &err) != PB_OK)
+            slot.unrelayed_age_ms = -1;
+    }
     check_slot_identity(ctx);
 
     if (!(res = pb_check_query(ctx, "cdc.settings", "read the replication settings", settings_sql,

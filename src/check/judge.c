@@ -245,15 +245,23 @@ void pb_judge_slot(pb_check_report_t *r, const pb_check_slot_t *s, const pb_conf
                          "max_slot_wal_keep_size");
         return;
     }
-    if (s->lag_known && cfg->cdc_max_slot_lag > 0 && s->lag_bytes > cfg->cdc_max_slot_lag) {
-        f = pb_check_add(r, PB_CHECK_FAIL, "cdc.slot",
-                         "replication slot \"%s\" is %s behind the current WAL position, more "
-                         "than cdc.max_slot_lag %s (%s)",
-                         slot, fmt_bytes(s->lag_bytes, a, sizeof a),
-                         fmt_bytes(cfg->cdc_max_slot_lag, b, sizeof b),
+    /* over cdc.max_slot_lag, else over cdc.max_slot_lag_age: the same finding, either limit */
+    char over[192] = "";
+    if (s->lag_known && cfg->cdc_max_slot_lag > 0 && s->lag_bytes > cfg->cdc_max_slot_lag)
+        snprintf(over, sizeof over, "is %s behind the current WAL position, more than "
+                                    "cdc.max_slot_lag %s",
+                 fmt_bytes(s->lag_bytes, a, sizeof a), fmt_bytes(cfg->cdc_max_slot_lag, b, sizeof b));
+    else if (cfg->cdc_max_slot_lag_age > 0 && s->unrelayed_age_ms > cfg->cdc_max_slot_lag_age)
+        snprintf(over, sizeof over, "holds WAL with an outbox row not relayed for %s, more than "
+                                    "cdc.max_slot_lag_age %s",
+                 fmt_ms(s->unrelayed_age_ms, a, sizeof a),
+                 fmt_ms(cfg->cdc_max_slot_lag_age, b, sizeof b));
+    if (*over) {
+        f = pb_check_add(r, PB_CHECK_FAIL, "cdc.slot", "replication slot \"%s\" %s (%s)", slot, over,
                          s->active ? "a relay streams it" : "no relay streams it");
-        pb_check_hint(f, "%s", s->active ? "the relay does not keep up: see postbox status and its "
-                                           "log (the broker, relay.batch_size)"
+        pb_check_hint(f, "%s", s->active ? "the relay does not keep up or cannot publish: see "
+                                           "postbox status and its log (the broker, "
+                                           "relay.batch_size)"
                                          : "start the cdc relay; a slot no one will stream again "
                                            "keeps WAL for ever: postbox cdc drop-slot");
         return;

@@ -46,6 +46,9 @@ typedef struct pb_check_slot {
     bool lag_known;
     int64_t lag_bytes;   /* current WAL position - confirmed_flush_lsn */
     int64_t retained_bytes; /* current WAL position - restart_lsn: WAL the slot keeps */
+    /* cdc.max_slot_lag_age, judged by the oldest outbox row not relayed (cdc.mark_published;
+     * store/slot_position.h): -1 when not judged or no row is pending */
+    int64_t unrelayed_age_ms;
 } pb_check_slot_t;
 
 /* at_start: a relay about to stream (an inactive slot is expected, a missing one it creates

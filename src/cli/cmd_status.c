@@ -20,6 +20,7 @@
 #include "common/str.h"
 #include "relay/shards.h"
 #include "store/pg.h"
+#include "store/slot_position.h"
 #include "store/stats.h"
 
 #define STATUS_CAP 1000000
@@ -142,11 +143,13 @@ static void print_table(json_t *o)
         printf("  %-30s %8s %16s %10s\n", "slot", "active", "lag bytes", "wal");
     json_array_foreach(slots, i, v) {
         json_t *over = json_object_get(v, "over_max_lag");
-        printf("  %-30s %8s %16lld %10s%s\n", json_string_value(json_object_get(v, "slot")),
+        json_t *over_age = json_object_get(v, "over_max_lag_age");
+        printf("  %-30s %8s %16lld %10s%s%s\n", json_string_value(json_object_get(v, "slot")),
                json_is_true(json_object_get(v, "active")) ? "yes" : "no",
                (long long)json_integer_value(json_object_get(v, "lag_bytes")),
                json_string_value(json_object_get(v, "wal_status")),
-               json_is_true(over) ? "  over cdc.max_slot_lag" : "");
+               json_is_true(over) ? "  over cdc.max_slot_lag" : "",
+               json_is_true(over_age) ? "  over cdc.max_slot_lag_age" : "");
     }
 
     json_t *redis = json_object_get(o, "redis");
@@ -223,6 +226,14 @@ int pb_cmd_status(pb_cli_t *cli)
     }
     if (!(slots = query(conn, slots_sql, "replication slots")))
         goto out;
+    /* cdc.max_slot_lag_age without the relay: the oldest outbox row not relayed (mark mode) */
+    int64_t unrelayed_ms = -1;
+    bool judge_age = cli->cfg.cdc_max_slot_lag_age > 0 && cli->cfg.cdc_mark_published &&
+                     !cli->cfg.cdc_delete_after_insert;
+    if (judge_age && pb_slot_unrelayed_age(conn, cli->cfg.cdc_slot, &unrelayed_ms, &err) != PB_OK) {
+        fprintf(stderr, "postbox status: %s\n", err.msg);
+        goto out;
+    }
 
     json_object_set_new(o, "outbox",
                         json_pack("{s:I, s:b, s:f, s:I, s:I, s:I, s:b, s:I, s:I}", "backlog",
@@ -263,7 +274,7 @@ int pb_cmd_status(pb_cli_t *cli)
     }
     json_object_set_new(o, "inbox", arr);
     arr = json_array();
-    int64_t worst_slot = 0, relay_slot_lag = -1;
+    int64_t worst_slot = 0, relay_slot_lag = -1, relay_slot_age = -1;
     for (int r = 0; r < PQntuples(slots); r++) {
         int64_t lag = strtoll(PQgetvalue(slots, r, 2), NULL, 10);
         if (lag > worst_slot)
@@ -276,6 +287,13 @@ int pb_cmd_status(pb_cli_t *cli)
             relay_slot_lag = lag;
             json_object_set_new(j, "max_lag_bytes", json_integer(cli->cfg.cdc_max_slot_lag));
             json_object_set_new(j, "over_max_lag", json_boolean(lag > cli->cfg.cdc_max_slot_lag));
+        }
+        if (strcmp(PQgetvalue(slots, r, 0), cli->cfg.cdc_slot) == 0 && judge_age) {
+            relay_slot_age = unrelayed_ms;
+            json_object_set_new(j, "oldest_unrelayed_age_ms", json_integer(unrelayed_ms));
+            json_object_set_new(j, "max_lag_age_ms", json_integer(cli->cfg.cdc_max_slot_lag_age));
+            json_object_set_new(j, "over_max_lag_age",
+                                json_boolean(unrelayed_ms > cli->cfg.cdc_max_slot_lag_age));
         }
         json_array_append_new(arr, j);
     }
@@ -312,6 +330,10 @@ int pb_cmd_status(pb_cli_t *cli)
     n_failed += check(failed, relay_slot_lag > cli->cfg.cdc_max_slot_lag,
                       "replication slot lag %lld bytes > cdc.max_slot_lag %lld",
                       (long long)relay_slot_lag, (long long)cli->cfg.cdc_max_slot_lag);
+    n_failed += check(failed, judge_age && relay_slot_age > cli->cfg.cdc_max_slot_lag_age,
+                      "replication slot: the oldest outbox row not relayed is %lld ms old > "
+                      "cdc.max_slot_lag_age %lld ms",
+                      (long long)relay_slot_age, (long long)cli->cfg.cdc_max_slot_lag_age);
     if (n_intruders) {
         json_array_append_new(failed, json_string("sessions that are not postbox relays hold the "
                                                   "relay's locks (lock_intruders)"));

@@ -501,9 +501,10 @@ pb_status_t pb_config_validate(const pb_config_t *cfg, pb_error_t *err)
             return pb_fail(err, PB_FATAL, "cdc.on_excess_lag = poll needs cdc.mark_published: "
                                           "the poll capture tells what the cdc relay published "
                                           "by the marks, and would publish every row again");
-        if (cfg->cdc_max_slot_lag <= 0)
-            return pb_fail(err, PB_FATAL, "cdc.on_excess_lag = poll needs a cdc.max_slot_lag "
-                                          "(0 means no limit, so never a fallback)");
+        if (cfg->cdc_max_slot_lag <= 0 && cfg->cdc_max_slot_lag_age <= 0)
+            return pb_fail(err, PB_FATAL, "cdc.on_excess_lag = poll needs a cdc.max_slot_lag or a "
+                                          "cdc.max_slot_lag_age (0 means no limit, so never a "
+                                          "fallback)");
     }
     if (cfg->relay_mask_stored && strcmp(cfg->relay_capture, "poll") != 0)
         return pb_fail(err, PB_FATAL, "relay.mask_stored works with relay.capture = poll only (the "

@@ -76,8 +76,11 @@ static family_t out_of_order = {"postbox_consumer_out_of_order_total", "counter"
 static family_t slot_lag = {"postbox_replication_slot_lag_bytes", "gauge",
                             "WAL bytes between the current position and the slot's confirmed flush position",
                             {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
+static family_t slot_lag_age = {"postbox_replication_slot_lag_age_seconds", "gauge",
+                                "seconds since the commit of the oldest transaction with outbox events the cdc relay has read but not confirmed (0: none)",
+                                {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t slot_lag_over = {"postbox_replication_slot_lag_over_limit", "gauge",
-                                 "1 while the slot's lag is over cdc.max_slot_lag, else 0",
+                                 "1 while the slot's lag is over cdc.max_slot_lag or its age over cdc.max_slot_lag_age, else 0",
                                  {"slot", NULL}, 1, NULL, 0, 0, 0, {NULL, NULL}};
 static family_t cdc_fallback = {"postbox_cdc_fallback_active", "gauge",
                                 "1 while the cdc relay publishes by polling, its slot given up (cdc.on_excess_lag = poll), else 0",
@@ -118,7 +121,7 @@ static family_t consumer_lag = {"postbox_consumer_lag_messages", "gauge",
                                 {"topic", "partition"}, 2, NULL, 0, 0, 0, {NULL, NULL}};
 
 static family_t *const families_relay[] = {&published, &publish_errors, &dead_letters_total,
-                                            &expired_total, &slot_lag, &slot_lag_over,
+                                            &expired_total, &slot_lag, &slot_lag_age, &slot_lag_over,
                                             &cdc_fallback, &cdc_rejected, &redis_stream_length};
 static family_t *const families_consume[] = {&inbox_processed, &inbox_duplicates,
                                              &inbox_failures, &inbox_dead, &out_of_order,
@@ -373,6 +376,14 @@ void pb_metrics_set_delayed(int64_t delayed, int64_t cdc_deferred)
 void pb_metrics_set_slot_lag(const char *slot, int64_t bytes)
 {
     set(&slot_lag, slot, NULL, (double)bytes);
+}
+
+void pb_metrics_set_slot_lag_age(const char *slot, int64_t age_ms)
+{
+    const char *values[2] = {slot, NULL};
+    pthread_mutex_lock(&lock);
+    series_of(&slot_lag_age, values)->value = (double)age_ms / 1000.0;
+    pthread_mutex_unlock(&lock);
 }
 
 void pb_metrics_set_slot_lag_over(const char *slot, bool over)

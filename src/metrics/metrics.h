@@ -68,7 +68,11 @@ void pb_metrics_set_delayed(int64_t delayed, int64_t cdc_deferred);
 /* Bytes of WAL between the server's current position and the slot's confirmed flush position.
  * Set by the cdc capture. */
 void pb_metrics_set_slot_lag(const char *slot, int64_t bytes);
-/* Whether that lag is over cdc.max_slot_lag (set only when a limit is configured). */
+/* How long the slot has held WAL with outbox changes the relay has not confirmed
+ * (relay/slot_age.h). Set by the cdc capture. */
+void pb_metrics_set_slot_lag_age(const char *slot, int64_t age_ms);
+/* Whether the lag is over cdc.max_slot_lag or its age over cdc.max_slot_lag_age (set only when a
+ * limit is configured). */
 void pb_metrics_set_slot_lag_over(const char *slot, bool over);
 /* Whether the cdc relay is in its poll fallback (relay/capture_fallback.c). */
 void pb_metrics_set_cdc_fallback(const char *slot, bool active);

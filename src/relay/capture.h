@@ -93,8 +93,14 @@ pb_status_t pb_capture_poll_new(const pb_config_t *cfg, volatile sig_atomic_t *s
 pb_status_t pb_capture_cdc_new(const pb_config_t *cfg, volatile sig_atomic_t *stop,
                                pb_capture_t **out, pb_error_t *err) PB_MUSTCHECK;
 
-/* The cdc capture's last slot lag measured was over cdc.max_slot_lag (slot_guard.h). */
-bool pb_capture_cdc_over_limit(const pb_capture_t *cap);
+/* The cdc capture's last slot lag measured was over cdc.max_slot_lag or cdc.max_slot_lag_age
+ * (slot_guard.h); then why says which, by how much. */
+bool pb_capture_cdc_over_limit(const pb_capture_t *cap, char *why, size_t n);
+/* The batch with the driver is given up unsettled (the driver has let go of it: nothing of it is
+ * confirmed, so the stream or the outbox has all of it again); then finish: the marks of the
+ * batches before are written and their position confirmed, and the stream is closed. For the
+ * fallback while a failed batch is retried in place. */
+pb_status_t pb_capture_cdc_give_up(pb_capture_t *cap, pb_error_t *err) PB_MUSTCHECK;
 /* The cdc capture's last check of its slot found it missing, lost or replaced: its PB_FATAL. */
 bool pb_capture_cdc_slot_gone(const pb_capture_t *cap);
 /* cdc with its poll fallback (capture_fallback.c, cdc.on_excess_lag = poll): owns both. */

@@ -51,10 +51,12 @@
 #include "common/str.h"
 #include "metrics/metrics.h"
 #include "relay/capture.h"
+#include "relay/slot_age.h"
 #include "relay/slot_guard.h"
 #include "store/dead_letters.h"
 #include "store/outbox.h"
 #include "store/pg.h"
+#include "store/slot_position.h"
 
 #define FAC "relay.cdc"
 #define IDLE_TICK_MS 1000
@@ -151,6 +153,8 @@ typedef struct cdc_capture {
     bool *behind;            /* per event of b: its aggregate has rows set aside */
     size_t cap_behind;
     uint64_t txn_commit_lsn; /* the commit LSN of the transaction being read (from its Begin) */
+    int64_t txn_commit_time; /* and its commit time (pgoutput: microseconds since 2000-01-01) */
+    pb_slot_age_t age;       /* the transactions with events read and not confirmed yet */
     /* Large transactions streamed while in progress (protocol 2): their events wait on disk
      * until their Stream Commit (cdc/streamed.h), and are then read back into the batches
      * (replay) before anything later on the stream. last_commit_end passes such a transaction
@@ -160,6 +164,7 @@ typedef struct cdc_capture {
     pb_spill_t *replay;          /* the committed streamed transaction being read back */
     uint64_t replay_commit_lsn;  /* its commit LSN and end LSN (Stream Commit) */
     uint64_t replay_end_lsn;
+    int64_t replay_commit_time;
     uint32_t drain_xid;          /* the streamed transaction holding this relay's drain marker */
 } cdc_capture_t;
 
@@ -176,7 +181,11 @@ static pb_status_t confirm(cdc_capture_t *r, uint64_t lsn, bool force, pb_error_
     uint64_t allowed;
     pb_status_t st = pb_slot_guard_allow(&r->guard, r->conn, !r->mark_in_flight, lsn, force,
                                          &allowed, err);
-    return st == PB_OK ? pb_cdc_stream_confirm(&r->stream, allowed, err) : st;
+    if (st == PB_OK)
+        st = pb_cdc_stream_confirm(&r->stream, allowed, err);
+    if (st == PB_OK)
+        pb_slot_age_confirmed(&r->age, r->stream.confirmed_lsn);
+    return st;
 }
 
 static void clear_buf(cdc_batch_t *b)
@@ -212,6 +221,7 @@ static void close_stream(cdc_capture_t *r)
     pb_spill_free(r->replay);
     r->replay = NULL;
     r->drain_xid = 0;
+    /* r->age stays: the slot holds those transactions until it confirms past them */
     /* everything unconfirmed is sent again by the server */
     clear_buf(&r->bufs[0]);
     clear_buf(&r->bufs[1]);
@@ -347,6 +357,7 @@ static pb_status_t take_event(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_cdc_ev
 {
     if (m->xid == 0) {
         e->commit_lsn = r->txn_commit_lsn;
+        pb_slot_age_note(&r->age, r->txn_commit_lsn, r->txn_commit_time);
         append(r, e);
         return PB_OK;
     }
@@ -374,6 +385,7 @@ static pb_status_t on_stream_commit(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_
     }
     r->replay_commit_lsn = m->u.stream_commit.commit_lsn;
     r->replay_end_lsn = m->u.stream_commit.end_lsn;
+    r->replay_commit_time = m->u.stream_commit.commit_time;
     log_info(FAC, "streamed transaction %u committed: relaying its %llu event(s) from the spill "
                   "file (%llu bytes)",
              xid, (unsigned long long)pb_spill_count(r->replay),
@@ -392,6 +404,7 @@ static pb_status_t replay_one(cdc_capture_t *r, pb_error_t *err)
         return st;
     if (got) {
         e.commit_lsn = r->replay_commit_lsn;
+        pb_slot_age_note(&r->age, r->replay_commit_lsn, r->replay_commit_time);
         append(r, &e);
         return PB_OK;
     }
@@ -425,6 +438,7 @@ static pb_status_t on_message(cdc_capture_t *r, const pb_pgo_msg_t *m, pb_error_
     case PB_PGO_BEGIN:
         r->in_txn = true;
         r->txn_commit_lsn = m->u.begin.final_lsn;
+        r->txn_commit_time = m->u.begin.commit_time;
         return PB_OK;
     case PB_PGO_COMMIT:
         r->in_txn = false;
@@ -677,14 +691,26 @@ static pb_status_t flush_marks(cdc_capture_t *r, pb_error_t *err)
 static pb_status_t measure_lag(cdc_capture_t *r, pb_error_t *err)
 {
     int64_t now = pb_monotonic_ms();
-    if (now - r->lag_at < r->base.cfg->cdc_lag_interval)
+    if (!r->conn || now - r->lag_at < r->base.cfg->cdc_lag_interval)
         return PB_OK;
     /* the connection serves one statement at a time */
     pb_status_t st = finish_mark(r, true, err);
     if (st != PB_OK)
         return st;
     r->lag_at = now;
-    return pb_slot_guard_measure(&r->guard, r->conn, err);
+    int64_t age_ms = pb_slot_age_ms(&r->age, pb_wall_us());
+    /* with the stream closed (a broker lost between batches) nothing is read: the oldest outbox
+     * row not relayed tells the age instead, as `postbox status` judges it */
+    const pb_config_t *cfg = r->base.cfg;
+    if (!r->streaming && cfg->cdc_max_slot_lag_age > 0 && cfg->cdc_mark_published &&
+        !cfg->cdc_delete_after_insert) {
+        int64_t unrelayed_ms;
+        if ((st = pb_slot_unrelayed_age(r->conn, cfg->cdc_slot, &unrelayed_ms, err)) != PB_OK)
+            return st;
+        if (unrelayed_ms > age_ms)
+            age_ms = unrelayed_ms;
+    }
+    return pb_slot_guard_measure(&r->guard, r->conn, age_ms, err);
 }
 
 /* --drain: writes a marker into the WAL; once the stream reaches it, everything committed
@@ -1240,12 +1266,13 @@ static pb_status_t cdc_wait(pb_capture_t *cap, pb_capture_tick_fn tick, void *ar
 }
 
 /* While a failed event is retried in place the stream stands still and the WAL grows: the lag
- * is measured (and cdc.max_slot_lag watched) all the same. */
+ * is measured (and its limits watched) all the same. So it is while the driver waits for a
+ * broker lost between batches, the stream closed by finish (nothing to confirm then). */
 static pb_status_t cdc_keepalive(pb_capture_t *cap, pb_error_t *err)
 {
     cdc_capture_t *r = (cdc_capture_t *)cap;
     pb_status_t st = measure_lag(r, err);
-    return st == PB_OK ? confirm(r, r->stream.confirmed_lsn, false, err) : st;
+    return st == PB_OK && r->streaming ? confirm(r, r->stream.confirmed_lsn, false, err) : st;
 }
 
 static pb_status_t cdc_tick(pb_capture_t *cap, pb_error_t *err)
@@ -1275,6 +1302,7 @@ static void cdc_free(pb_capture_t *cap)
     close_stream(r);
     drop_conn(r);
     pb_streamed_free(&r->streamed);
+    pb_slot_age_free(&r->age);
     pb_pgo_decoder_free(&r->dec);
     for (int i = 0; i < 2; i++) {
         free(r->bufs[i].items);
@@ -1310,10 +1338,22 @@ static const pb_capture_ops_t cdc_ops = {
     .free = cdc_free,
 };
 
-bool pb_capture_cdc_over_limit(const pb_capture_t *cap)
+bool pb_capture_cdc_over_limit(const pb_capture_t *cap, char *why, size_t n)
 {
     PB_ASSERT(cap->ops == &cdc_ops);
-    return ((const cdc_capture_t *)cap)->guard.over_limit;
+    const pb_slot_guard_t *g = &((const cdc_capture_t *)cap)->guard;
+    if (g->over_limit)
+        pb_slot_guard_explain_over(g, why, n);
+    return g->over_limit;
+}
+
+pb_status_t pb_capture_cdc_give_up(pb_capture_t *cap, pb_error_t *err)
+{
+    PB_ASSERT(cap->ops == &cdc_ops);
+    cdc_capture_t *r = (cdc_capture_t *)cap;
+    r->b_out = false; /* its events are replayed by the server, or polled from the outbox */
+    release_deferred_batch(r); /* its rows stay set aside */
+    return cdc_finish(cap, err);
 }
 
 bool pb_capture_cdc_slot_gone(const pb_capture_t *cap)
@@ -1338,6 +1378,7 @@ pb_status_t pb_capture_cdc_new(const pb_config_t *cfg, volatile sig_atomic_t *st
     r->base = (pb_capture_t){.ops = &cdc_ops, .cfg = cfg, .stop = stop};
     r->b = &r->bufs[0];
     pb_slot_guard_init(&r->guard, cfg);
+    pb_slot_age_init(&r->age);
     r->deferred_due_ms = INT64_MAX;
     pb_pgo_decoder_init(&r->dec);
     pb_streamed_init(&r->streamed, cfg->cdc_spill_dir);

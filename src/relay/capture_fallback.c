@@ -2,8 +2,11 @@
  * that the one driver runs it like any capture. It hands every call to the active capture and,
  * between batches (tick, nothing with the driver), switches:
  *
- * cdc -> poll, when the slot's lag was over cdc.max_slot_lag at its last measure: the cdc
- * capture finishes (relayed rows marked, their LSN confirmed) and lets go of the stream; then
+ * cdc -> poll, when the slot's lag was over cdc.max_slot_lag (or its age over
+ * cdc.max_slot_lag_age) at its last measure: the cdc capture finishes (relayed rows marked, their
+ * LSN confirmed) and lets go of the stream; during a broker outage too (fb_keepalive): a failed
+ * batch retried in place is given up first, unconfirmed and unmarked, and a relay waiting for a
+ * broker it lost between batches falls back from the wait; then
  * postbox.cdc_fallback records the fallback, the slot's recorded position is forgotten, the
  * outbox rows set aside in postbox.cdc_deferred go back to the outbox (store/cdc_fallback.h) and
  * the slot is dropped: the server keeps no more WAL for the relay. Every relayed row is marked
@@ -59,6 +62,11 @@ typedef struct fallback_capture {
     bool slot_dropped;    /* in the fallback, the old slot (or a return's) is gone */
     bool caught_up;       /* the poll capture's last batch was smaller than relay.batch_size */
     bool out;             /* a batch is with the driver */
+    /* the slot went over its limit during a broker outage (fb_keepalive): the fallback is
+     * entered at the next connect (fall_reason says why), a batch in hand given up first */
+    bool fall_due;
+    bool fall_in_place; /* a batch was with the driver, else it waited for a broker lost */
+    char fall_reason[256];
     int64_t since_ms;     /* when the fallback (or the last try to return) began */
     int64_t *snap_ids;    /* PHASE_RETURNING: the rows pending in the new slot's snapshot */
     size_t n_snap;
@@ -104,6 +112,10 @@ static pb_status_t enter_poll(fallback_capture_t *f, const char *reason, pb_erro
     f->phase = PHASE_POLL;
     f->base.ops = &fallback_poll_ops;
     pb_metrics_set_cdc_fallback(slot, true);
+    /* the slot is given up: no lag it keeps, nothing over a limit (the alerts quieten) */
+    pb_metrics_set_slot_lag(slot, 0);
+    pb_metrics_set_slot_lag_age(slot, 0);
+    pb_metrics_set_slot_lag_over(slot, false);
     f->caught_up = false;
     f->since_ms = pb_monotonic_ms();
     log_warn(FAC, "capture poll active (cdc.on_excess_lag = poll): %s; replication slot \"%s\" "
@@ -123,15 +135,14 @@ static pb_status_t stop_active(fallback_capture_t *f, pb_error_t *err)
     return st;
 }
 
-/* cdc -> poll */
-static pb_status_t fall_back(fallback_capture_t *f, pb_error_t *err)
+/* cdc -> poll; why: the limit exceeded */
+static pb_status_t fall_back(fallback_capture_t *f, const char *why, pb_error_t *err)
 {
     pb_status_t st = stop_active(f, err);
     if (st != PB_OK)
         return st;
-    char reason[256];
-    snprintf(reason, sizeof reason, "slot lag over cdc.max_slot_lag (%lld bytes)",
-             (long long)f->base.cfg->cdc_max_slot_lag);
+    char reason[320];
+    snprintf(reason, sizeof reason, "slot %s", why);
     return enter_poll(f, reason, err);
 }
 
@@ -281,6 +292,16 @@ static pb_status_t fb_connect(pb_capture_t *cap, pb_error_t *err)
             pb_metrics_set_cdc_fallback(cap->cfg->cdc_slot, false);
         f->known = true;
     }
+    if (f->fall_due) { /* over the limit during a broker outage (fb_keepalive) */
+        char reason[320];
+        snprintf(reason, sizeof reason, "slot %s %s", f->fall_reason,
+                 f->fall_in_place ? "while a failed batch was retried in place"
+                                  : "while the broker was unreachable");
+        st = f->phase == PHASE_CDC ? enter_poll(f, reason, err) : PB_OK;
+        if (st != PB_OK)
+            return st;
+        f->fall_due = false;
+    }
     return recover_gone_slot(f, f->active->ops->connect(f->active, err), err);
 }
 
@@ -293,6 +314,13 @@ static bool fb_connected(const pb_capture_t *cap)
 static void fb_disconnect(pb_capture_t *cap)
 {
     fallback_capture_t *f = (fallback_capture_t *)cap;
+    pb_error_t why;
+    if (f->fall_due && f->fall_in_place && f->phase == PHASE_CDC &&
+        f->active->ops->connected(f->active) &&
+        pb_capture_cdc_give_up(f->active, &why) != PB_OK)
+        log_warn(FAC, "could not record the batches before the fallback (they are published "
+                      "again): %s",
+                 why.msg);
     f->active->ops->disconnect(f->active);
     f->out = false;
     if (f->conn && PQstatus(f->conn) != CONNECTION_OK) {
@@ -337,10 +365,28 @@ static pb_status_t fb_wait(pb_capture_t *cap, pb_capture_tick_fn tick, void *arg
     return f->active->ops->wait(f->active, tick, arg, err);
 }
 
+/* A broker outage is the usual way a slot falls behind, and the driver calls keepalive meanwhile:
+ * while it retries a failed batch in place, and while it waits for a broker lost between batches
+ * (the cdc capture finished then). Over the limit, this PB_TRANSIENT ends the wait: a batch in
+ * hand is given up (the driver lets go of it, and fb_disconnect has the cdc capture write what
+ * it settled before), and fb_connect falls back. Nothing of the batch was confirmed or marked:
+ * the poll capture publishes it again, in id order per aggregate, once the broker is back. */
 static pb_status_t fb_keepalive(pb_capture_t *cap, pb_error_t *err)
 {
     fallback_capture_t *f = (fallback_capture_t *)cap;
-    return f->active->ops->keepalive(f->active, err);
+    pb_status_t st = f->active->ops->keepalive(f->active, err);
+    if (st != PB_OK || f->phase != PHASE_CDC ||
+        !pb_capture_cdc_over_limit(f->active, f->fall_reason, sizeof f->fall_reason))
+        return st;
+    f->fall_due = true;
+    f->fall_in_place = f->out;
+    return pb_fail(err, PB_TRANSIENT,
+                   "replication slot \"%s\" %s %s: falling back to poll (cdc.on_excess_lag = "
+                   "poll)%s",
+                   cap->cfg->cdc_slot, f->fall_reason,
+                   f->out ? "while a failed batch is retried in place"
+                          : "while the broker is unreachable",
+                   f->out ? ", the batch given up to the poll capture" : "");
 }
 
 static pb_status_t switch_if_due(fallback_capture_t *f, pb_error_t *err);
@@ -364,7 +410,9 @@ static pb_status_t switch_if_due(fallback_capture_t *f, pb_error_t *err)
     pb_status_t st;
     switch (f->phase) {
     case PHASE_CDC:
-        return pb_capture_cdc_over_limit(f->active) ? fall_back(f, err) : PB_OK;
+        return pb_capture_cdc_over_limit(f->active, f->fall_reason, sizeof f->fall_reason)
+                   ? fall_back(f, f->fall_reason, err)
+                   : PB_OK;
     case PHASE_POLL:
         if (!f->slot_dropped) {
             st = pb_cdc_fallback_drop_slot(f->conn, cfg->cdc_slot, err);

@@ -661,7 +661,8 @@ pb_status_t pb_driver_run(const pb_config_t *cfg, const pb_relay_opts_t *opts,
                 continue;
             }
             pb_holdback_clear(&d.hold);
-            if ((st = connect_sink(&d, false, err)) != PB_OK) {
+            /* a stream's slot keeps WAL meanwhile: its lag is watched while waiting (keepalive) */
+            if ((st = connect_sink(&d, cap->ops->retries_in_place, err)) != PB_OK) {
                 if (st == PB_FATAL)
                     break;
                 continue;

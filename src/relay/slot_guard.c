@@ -18,6 +18,7 @@ void pb_slot_guard_init(pb_slot_guard_t *g, const pb_config_t *cfg)
 {
     memset(g, 0, sizeof *g);
     g->cfg = cfg;
+    g->lag = -1;
     pb_log_limit_init(&g->over_log, OVER_LOG_INTERVAL_MS);
 }
 
@@ -106,30 +107,57 @@ pb_status_t pb_slot_guard_allow(pb_slot_guard_t *g, PGconn *conn, bool conn_free
     return PB_OK;
 }
 
-/* Warns while the lag is over cdc.max_slot_lag (once a minute at most), says when it is back. */
-static void watch_limit(pb_slot_guard_t *g, int64_t lag)
+static bool over_bytes(const pb_slot_guard_t *g)
 {
-    int64_t limit = g->cfg->cdc_max_slot_lag;
+    return g->cfg->cdc_max_slot_lag > 0 && g->lag > g->cfg->cdc_max_slot_lag;
+}
+
+static bool over_age(const pb_slot_guard_t *g)
+{
+    return g->cfg->cdc_max_slot_lag_age > 0 && g->age_ms > g->cfg->cdc_max_slot_lag_age;
+}
+
+void pb_slot_guard_explain_over(const pb_slot_guard_t *g, char *buf, size_t n)
+{
+    const pb_config_t *cfg = g->cfg;
+    int len = 0;
+    buf[0] = '\0';
+    if (over_bytes(g))
+        len = snprintf(buf, n, "lag %lld bytes is over cdc.max_slot_lag (%lld bytes)",
+                       (long long)g->lag, (long long)cfg->cdc_max_slot_lag);
+    if (over_age(g) && len >= 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len,
+                 "%sage %lld ms (its oldest unconfirmed outbox change) is over "
+                 "cdc.max_slot_lag_age (%lld ms)",
+                 len ? "; " : "", (long long)g->age_ms, (long long)cfg->cdc_max_slot_lag_age);
+}
+
+/* Warns while the lag is over a limit (once a minute at most), says when it is back. */
+static void watch_limit(pb_slot_guard_t *g)
+{
     const char *name = g->cfg->cdc_slot;
-    if (limit <= 0)
+    if (g->cfg->cdc_max_slot_lag <= 0 && g->cfg->cdc_max_slot_lag_age <= 0)
         return;
-    bool over = lag > limit;
+    bool over = over_bytes(g) || over_age(g);
     pb_metrics_set_slot_lag_over(name, over);
     uint64_t skipped;
+    char why[256];
+    pb_slot_guard_explain_over(g, why, sizeof why);
     if (over && pb_log_limit_pass(&g->over_log, pb_monotonic_ms(), &skipped))
-        log_warn(FAC, "replication slot \"%s\" lag %lld bytes is over cdc.max_slot_lag (%lld "
-                      "bytes): the server keeps that much WAL for the relay (a broker outage, a "
-                      "relay that cannot keep up?); if max_slot_wal_keep_size is reached the slot "
-                      "is lost",
-                 name, (long long)lag, (long long)limit);
+        log_warn(FAC, "replication slot \"%s\" %s: the server keeps that WAL for the relay (a "
+                      "broker outage, a relay that cannot keep up?); if max_slot_wal_keep_size is "
+                      "reached the slot is lost",
+                 name, why);
     else if (!over && g->over_limit)
-        log_info(FAC, "replication slot \"%s\" lag %lld bytes is back under cdc.max_slot_lag (%lld "
-                      "bytes)",
-                 name, (long long)lag, (long long)limit);
+        log_info(FAC, "replication slot \"%s\" lag %lld bytes is back under cdc.max_slot_lag, "
+                      "its oldest unconfirmed outbox change %lld ms old under "
+                      "cdc.max_slot_lag_age",
+                 name, (long long)g->lag, (long long)g->age_ms);
     g->over_limit = over;
 }
 
-pb_status_t pb_slot_guard_measure(pb_slot_guard_t *g, PGconn *conn, pb_error_t *err)
+pb_status_t pb_slot_guard_measure(pb_slot_guard_t *g, PGconn *conn, int64_t age_ms,
+                                  pb_error_t *err)
 {
     pb_slot_state_t slot;
     pb_slot_record_t rec;
@@ -144,16 +172,27 @@ pb_status_t pb_slot_guard_measure(pb_slot_guard_t *g, PGconn *conn, pb_error_t *
         return st;
     if (lag < 0)
         return PB_OK;
-    log_info(FAC, "slot \"%s\" lag: %lld bytes behind the current WAL position", g->cfg->cdc_slot,
-             (long long)lag);
+    if (age_ms > 0)
+        log_info(FAC, "slot \"%s\" lag: %lld bytes behind the current WAL position; the oldest "
+                      "unconfirmed outbox change committed %lld ms ago",
+                 g->cfg->cdc_slot, (long long)lag, (long long)age_ms);
+    else
+        log_info(FAC, "slot \"%s\" lag: %lld bytes behind the current WAL position",
+                 g->cfg->cdc_slot, (long long)lag);
+    g->lag = lag;
+    g->age_ms = age_ms;
     pb_metrics_set_slot_lag(g->cfg->cdc_slot, lag);
-    watch_limit(g, lag);
-    if (g->over_limit && strcmp(g->cfg->cdc_on_excess_lag, "stop") == 0)
+    pb_metrics_set_slot_lag_age(g->cfg->cdc_slot, age_ms);
+    watch_limit(g);
+    if (g->over_limit && strcmp(g->cfg->cdc_on_excess_lag, "stop") == 0) {
+        char over[256];
+        pb_slot_guard_explain_over(g, over, sizeof over);
         return pb_fail(err, PB_FATAL,
-                       "replication slot \"%s\" lag %lld bytes is over cdc.max_slot_lag (%lld "
-                       "bytes) and cdc.on_excess_lag = stop: the relay stops (the slot keeps its "
-                       "WAL; see why the relay fell behind, or drop the slot with `postbox cdc "
-                       "drop-slot` after `postbox relay --capture poll --drain`)",
-                       g->cfg->cdc_slot, (long long)lag, (long long)g->cfg->cdc_max_slot_lag);
+                       "replication slot \"%s\" %s, and cdc.on_excess_lag = stop: the relay "
+                       "stops (the slot keeps its WAL; see why the relay fell behind, or drop the "
+                       "slot with `postbox cdc drop-slot` after `postbox relay --capture poll "
+                       "--drain`)",
+                       g->cfg->cdc_slot, over);
+    }
     return PB_OK;
 }

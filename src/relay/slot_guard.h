@@ -1,5 +1,6 @@
 /* The cdc relay's guard of its replication slot: the slot must be the one it confirmed on, and
- * its lag is watched against cdc.max_slot_lag.
+ * its lag is watched against cdc.max_slot_lag (bytes) and cdc.max_slot_lag_age (how long it has
+ * held WAL with outbox changes: relay/slot_age.h).
  *
  * Identity: the relay records the position it confirms in postbox.cdc_slot_positions
  * (store/slot_position.h) BEFORE it reports it to the server, so the genuine slot's
@@ -31,7 +32,9 @@ typedef struct pb_slot_guard {
     int64_t recorded_at;    /* monotonic ms of the last record written */
     bool have_record;       /* the last check found a recorded position */
     bool unchecked;         /* the role may not read the slot or the record: no guard */
-    bool over_limit;        /* the last lag measured was over cdc.max_slot_lag */
+    bool over_limit;        /* the last lag measured was over a limit (bytes or age) */
+    int64_t lag;            /* the last lag measured: bytes, -1 before the first */
+    int64_t age_ms;         /* and its age (slot_age.h) */
     bool slot_gone;         /* the last check found the slot missing, lost or replaced */
     pb_log_limit_t over_log;
 } pb_slot_guard_t;
@@ -54,10 +57,16 @@ pb_status_t pb_slot_guard_check(pb_slot_guard_t *g, PGconn *conn, bool streaming
 pb_status_t pb_slot_guard_allow(pb_slot_guard_t *g, PGconn *conn, bool conn_free, uint64_t lsn,
                                 bool force, uint64_t *allowed, pb_error_t *err) PB_MUSTCHECK;
 
-/* Every cdc.lag_interval: measures the lag (log line, metrics), warns while it is over
- * cdc.max_slot_lag, and checks the slot as pb_slot_guard_check does (a slot invalidated under
- * the relay). A failed query is logged, transient. Over the limit with cdc.on_excess_lag = stop:
- * PB_FATAL. conn must be free for a statement. */
-pb_status_t pb_slot_guard_measure(pb_slot_guard_t *g, PGconn *conn, pb_error_t *err) PB_MUSTCHECK;
+/* Every cdc.lag_interval: measures the lag (log line, metrics), takes age_ms as the age of the
+ * oldest unconfirmed transaction with events (slot_age.h), warns while either is over its limit
+ * (cdc.max_slot_lag, cdc.max_slot_lag_age), and checks the slot as pb_slot_guard_check does (a
+ * slot invalidated under the relay). A failed query is logged, transient. Over a limit with
+ * cdc.on_excess_lag = stop: PB_FATAL. conn must be free for a statement. */
+pb_status_t pb_slot_guard_measure(pb_slot_guard_t *g, PGconn *conn, int64_t age_ms,
+                                  pb_error_t *err) PB_MUSTCHECK;
+
+/* Which limit the last measure found exceeded, and by how much ("slot lag 2.1 MB over
+ * cdc.max_slot_lag 1 MB"), for the log line of a stop or a fallback. */
+void pb_slot_guard_explain_over(const pb_slot_guard_t *g, char *buf, size_t n);
 
 #endif

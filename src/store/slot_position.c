@@ -72,3 +72,28 @@ pb_status_t pb_slot_position_forget(PGconn *conn, const char *slot_name, pb_erro
     return command(conn, "DELETE FROM postbox.cdc_slot_positions WHERE slot_name = $1", 1, params,
                    "forget the slot's recorded position", err);
 }
+
+/* The oldest pending outbox row in id order that the relay of the slot has not set aside in
+ * postbox.cdc_deferred (those are behind the slot already). */
+static const char unrelayed_age_sql[] =
+    "SELECT (extract(epoch FROM clock_timestamp() - o.created_at) * 1000)::bigint "
+    "FROM postbox.outbox o "
+    "WHERE o.published_at IS NULL "
+    "  AND NOT EXISTS (SELECT FROM postbox.cdc_deferred d WHERE d.slot = $1 AND d.outbox_id = o.id) "
+    "ORDER BY o.id LIMIT 1";
+
+pb_status_t pb_slot_unrelayed_age(PGconn *conn, const char *slot_name, int64_t *age_ms,
+                                  pb_error_t *err)
+{
+    const char *params[1] = {slot_name};
+    PGresult *res = PQexecParams(conn, unrelayed_age_sql, 1, NULL, params, NULL, NULL, 0);
+    pb_status_t st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "read the oldest unrelayed outbox row",
+                                 err);
+    if (st != PB_OK)
+        return st;
+    *age_ms = PQntuples(res) == 1 ? strtoll(PQgetvalue(res, 0, 0), NULL, 10) : -1;
+    if (*age_ms < -1)
+        *age_ms = 0; /* created by a clock ahead of the server's */
+    PQclear(res);
+    return PB_OK;
+}

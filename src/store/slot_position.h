@@ -20,6 +20,15 @@ pb_status_t pb_slot_position_load(PGconn *conn, const char *slot_name, pb_slot_s
 pb_status_t pb_slot_position_record(PGconn *conn, const char *slot_name, uint64_t lsn,
                                     pb_error_t *err) PB_MUSTCHECK;
 
+/* Without a relay to ask (`postbox status`, `postbox check`), the age of cdc.max_slot_lag_age
+ * is judged by the oldest outbox row still pending that the relay of slot_name has not set aside:
+ * with cdc.mark_published the relay marks a row before it confirms its transaction, so the slot
+ * holds WAL from at least that row's transaction (its created_at: the transaction's start, a
+ * little before its commit). *age_ms in milliseconds, -1 when no row is pending. Meaningless
+ * without cdc.mark_published or with cdc.delete_after_insert (no rows). */
+pb_status_t pb_slot_unrelayed_age(PGconn *conn, const char *slot_name, int64_t *age_ms,
+                                  pb_error_t *err) PB_MUSTCHECK;
+
 /* Forgets the record (`postbox cdc drop-slot`): the next start creates the slot afresh. */
 pb_status_t pb_slot_position_forget(PGconn *conn, const char *slot_name,
                                     pb_error_t *err) PB_MUSTCHECK;

@@ -5,8 +5,9 @@
 # every event through its inbox.
 #
 # 1. An event of an aggregate nobody binds ('stuck') blocks the stream (retried in place) while
-#    another table writes ~4 MB of WAL: the slot's lag passes cdc.max_slot_lag (1 MB); once it is
-#    bound and published, the relay records the fallback, drops its slot and publishes by polling.
+#    another table writes ~4 MB of WAL: the slot's lag passes cdc.max_slot_lag (1 MB); the relay
+#    gives the batch retried in place up, records the fallback, drops its slot and publishes by
+#    polling (the poll capture retries 'stuck' while the other aggregates flow, until it is bound).
 # 2. SIGKILL in the fallback: the restarted relay resumes it (the slot stays dropped).
 # 3. An event of another aggregate nobody binds ('stuck2') is retried by the poll capture, so the return
 #    (a new slot with an exported snapshot, whose pending rows must be published first) cannot
@@ -46,35 +47,27 @@ wait_until 'grep -q "consuming queue" "$CONSUMER_LOG"' 30 ||
 start_cdc_relay "${RELAY_ARGS[@]:2}"
 
 # the producers: transaction k enqueues seq k of every aggregate, until $PB_TMP/stop exists
-(
-    k=0
-    until [[ -e $PB_TMP/stop ]]; do
-        k=$((k + 1))
-        psql_q "SELECT count(postbox.enqueue('order', 'agg-' || a, 'created.v1',
-                                             jsonb_build_object('agg', 'agg-' || a, 'seq', $k)))
-                  FROM generate_series(1, $N_AGG) a" >/dev/null || exit 1
-        sleep 0.02
-    done
-) &
-PRODUCER_PID=$!
-PB_PIDS+=("$PRODUCER_PID")
-on_exit "touch $PB_TMP/stop"
+start_seq_producers $N_AGG
 wait_until '(($(inbox_count) >= 200))' 30 || fail "events do not flow in cdc (inbox $(inbox_count))"
 say "cdc: $(inbox_count) events applied"
 
 # ---- 1. over the limit: the fallback ------------------------------------------------------------
 # an event nobody binds blocks the stream (the cdc relay retries it in place) while another table
-# fills the WAL; once it is bound, the relay settles it and, between batches, falls back
+# fills the WAL; over the limit the relay gives that batch up and falls back
 psql_q "SELECT postbox.enqueue('stuck', 's-1', 'created.v1', jsonb_build_object('agg', 's-1', 'seq', 1))" >/dev/null
 wait_until 'grep -q "unroutable" "$PB_RELAY_LOG"' 30 || fail "the unbound event was never refused by the broker"
 psql_q "INSERT INTO public.busy (v) SELECT g FROM generate_series(1, 60000) g" >/dev/null
 wait_until 'grep -q "is over cdc.max_slot_lag" "$PB_RELAY_LOG"' 30 || fail "the relay never warned about the slot lag"
-lag=$(psql_q "SELECT pg_current_wal_lsn() - confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '$POSTBOX_CDC_SLOT'")
-say "stream blocked; slot lag $lag bytes (limit $LIMIT)"
-amqp_tool setup "$POSTBOX_AMQP_URL" "$POSTBOX_AMQP_EXCHANGE" "$PB_QUEUE" 'order.#' 'stuck.#' ||
-    fail "amqp-tool setup failed"
+lag=$(grep -m1 -o 'lag [0-9]* bytes is over cdc.max_slot_lag' "$PB_RELAY_LOG" | grep -o '[0-9]*' | head -1)
+say "stream blocked; slot lag $lag bytes as the relay measured it (limit $LIMIT)"
 wait_until 'grep -q "capture poll active" "$PB_RELAY_LOG"' 30 || fail "the relay never fell back to poll"
 say "fallback: $(grep -m1 'capture poll active' "$PB_RELAY_LOG" | cut -c1-260)"
+grep -m1 'capture poll active' "$PB_RELAY_LOG" | grep -q 'while a failed batch was retried in place' ||
+    fail "the relay did not fall back while the unbound event was retried in place"
+[[ -n $lag ]] || fail "no lag in the relay's warning"
+# bound: the poll capture publishes it
+amqp_tool setup "$POSTBOX_AMQP_URL" "$POSTBOX_AMQP_EXCHANGE" "$PB_QUEUE" 'order.#' 'stuck.#' ||
+    fail "amqp-tool setup failed"
 grep -q 'is over cdc.max_slot_lag' "$PB_RELAY_LOG" || fail "the relay did not warn about the lag"
 [[ -z $(slot_confirmed_lsn) ]] || fail "the slot still exists after the fallback"
 [[ $(psql_q "SELECT count(*) FROM postbox.cdc_fallback WHERE slot_name = '$POSTBOX_CDC_SLOT'") == 1 ]] ||

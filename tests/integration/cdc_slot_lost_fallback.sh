@@ -36,11 +36,14 @@ say "under the relay, retrying in place: exit $RELAY_RC"
 
 amqp_tool setup "$POSTBOX_AMQP_URL" "$POSTBOX_AMQP_EXCHANGE" "$PB_QUEUE" '#' || fail "amqp-tool setup failed"
 enqueue_seq 10 21 30 # while no relay runs
+t_start=$(date +%s%N)
 start_relay --capture cdc "${ARGS[@]}"
 wait_until 'grep -q "capture poll active .*replication slot missing, lost or replaced" "$PB_RELAY_LOG"' 30 ||
     fail "the relay did not fall back on the lost slot"
+fell_ms=$((($(date +%s%N) - t_start) / 1000000))
 (($(grep -c "is lost (wal_status = lost" "$PB_RELAY_LOG") >= 2)) || fail "at start the relay did not say the slot is lost"
 wait_until 'grep -q "capture cdc active again" "$PB_RELAY_LOG"' 60 || fail "the relay never returned to cdc"
+back_ms=$((($(date +%s%N) - t_start) / 1000000))
 wait_until '(($(grep -c "streaming slot" "$PB_RELAY_LOG") >= 2))' 30 || fail "the relay does not stream the new slot"
 [[ $(wal_status) != lost ]] || fail "the slot is still the lost one"
 enqueue_seq 10 31 40 # through the new slot
@@ -53,4 +56,5 @@ stats=$(check_order "$PB_TMP/got") || fail "per-aggregate order broken: $stats"
 say "$stats"
 check_all_arrived "$PB_TMP/got"
 check_cdc_marked
+say "FIGURES restart_to_fallback_ms=$fell_ms restart_to_cdc_again_ms=$back_ms events=$(psql_q "SELECT count(*) FROM postbox.outbox_all") duplicates=$(duplicates_in "$PB_TMP/got")"
 say "ok: the lost slot was given up for polling, its skipped rows published, and a new slot streams"

@@ -247,6 +247,27 @@ enqueue_seq() {
         END \$\$"
 }
 
+# start_seq_producers NAGG: in the background until $PB_TMP/stop exists, transaction k enqueues
+# seq k of every aggregate agg-1..agg-NAGG (aggregate_type 'order', event type 'created.v1',
+# payload {"agg": "agg-N", "seq": k}), one every ~20 ms; PRODUCER_PID (wait on it: non-zero when a
+# transaction failed).
+start_seq_producers() {
+    local nagg=$1
+    (
+        k=0
+        until [[ -e $PB_TMP/stop ]]; do
+            k=$((k + 1))
+            psql_q "SELECT count(postbox.enqueue('order', 'agg-' || a, 'created.v1',
+                                                 jsonb_build_object('agg', 'agg-' || a, 'seq', $k)))
+                      FROM generate_series(1, $nagg) a" >/dev/null || exit 1
+            sleep 0.02
+        done
+    ) &
+    PRODUCER_PID=$!
+    PB_PIDS+=("$PRODUCER_PID")
+    on_exit "touch $PB_TMP/stop"
+}
+
 # ---------------------------------------------------------------------------------------------
 # RabbitMQ
 

@@ -192,6 +192,21 @@ static void slot_state(void **state)
     pb_judge_slot(&r, &s, &cfg, false);
     expect(only(&r, "cdc.slot"), PB_CHECK_OK, "streamed");
     pb_check_report_free(&r);
+    /* cdc.max_slot_lag_age: judged by the oldest outbox row not relayed */
+    s.unrelayed_age_ms = 90000;
+    pb_judge_slot(&r, &s, &cfg, false); /* no age limit: not judged */
+    expect(only(&r, "cdc.slot"), PB_CHECK_OK, "streamed");
+    pb_check_report_free(&r);
+    cfg.cdc_max_slot_lag_age = 60000;
+    pb_judge_slot(&r, &s, &cfg, false);
+    expect(only(&r, "cdc.slot"), PB_CHECK_FAIL, "not relayed for 90s");
+    assert_non_null(strstr(r.items[0].message, "cdc.max_slot_lag_age 1m"));
+    pb_check_report_free(&r);
+    s.unrelayed_age_ms = -1; /* nothing pending */
+    pb_judge_slot(&r, &s, &cfg, false);
+    expect(only(&r, "cdc.slot"), PB_CHECK_OK, "streamed");
+    pb_check_report_free(&r);
+    cfg.cdc_max_slot_lag_age = 0;
 
     s.pgoutput = false;
     pb_judge_slot(&r, &s, &cfg, false);

@@ -186,6 +186,17 @@ static void validate_cross_checks(void **state)
     assert_non_null(strstr(err.msg, "off|binary"));
     assert_int_equal(pb_config_set(&cfg, "amqp.cloudevents_prefix", "cloudEvents:", PB_CFG_CLI, &err), PB_OK);
     assert_int_equal(pb_config_set(&cfg, "amqp.cloudevents_prefix", "ce_", PB_CFG_CLI, &err), PB_FATAL);
+
+    /* cdc.on_excess_lag = poll needs a limit to act on: bytes, an age, or both */
+    assert_int_equal(pb_config_set(&cfg, "relay.capture", "cdc", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_set(&cfg, "cdc.on_excess_lag", "poll", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_set(&cfg, "cdc.max_slot_lag", "0", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(pb_config_validate(&cfg, &err), PB_FATAL);
+    assert_non_null(strstr(err.msg, "needs a cdc.max_slot_lag or a cdc.max_slot_lag_age"));
+    assert_int_equal(pb_config_set(&cfg, "cdc.max_slot_lag_age", "5m", PB_CFG_CLI, &err), PB_OK);
+    assert_int_equal(cfg.cdc_max_slot_lag_age, 300000);
+    assert_int_equal(pb_config_validate(&cfg, &err), PB_OK);
+    assert_int_equal(pb_config_set(&cfg, "cdc.max_slot_lag_age", "-1s", PB_CFG_CLI, &err), PB_FATAL);
     pb_config_free(&cfg);
 }
 
