@@ -12,8 +12,8 @@
 -- one aggregate still number in commit order, and a concurrent producer of the aggregate still
 -- waits at its first event). The counter then lives in a transaction-local setting, a "slot":
 -- postbox_seq.s0 .. postbox_seq.s127, chosen by a hash of the aggregate, 4 tried from there. Each
--- further event of the aggregate takes its number from the slot. The second one also touches the
--- row without changing its number (updated_at), which queues the deferred constraint trigger
+-- further event of the aggregate takes its number from the slot. The second one also updates the
+-- row without changing it, which queues the deferred constraint trigger
 -- aggregate_sequences_flush: at commit it writes the slot's last number into the row, once. A
 -- transaction with one event per aggregate writes the row once, as before; one with more writes
 -- it three times, whatever the count. Settings set in a subtransaction revert when it rolls back,
@@ -41,12 +41,12 @@
 -- consumer works unchanged.
 
 -- The next number of an aggregate in the caller's transaction, as described above. Runs with the
--- caller's rights and search_path: only the SECURITY DEFINER functions below call it (EXECUTE is
--- revoked from PUBLIC), each with search_path = pg_catalog, pg_temp. No SET clause of its own: a
--- function with one costs a walk over every setting at each call (PostgreSQL 15).
+-- caller's rights: only the SECURITY DEFINER functions below call it (EXECUTE is revoked from
+-- PUBLIC). The trigger calls it for an aggregate's first two events in a transaction only.
 CREATE FUNCTION postbox.take_sequence(p_aggregate_type text, p_aggregate_id text)
 RETURNS bigint
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_key   constant text := length(p_aggregate_type) || ':' || p_aggregate_type || p_aggregate_id;
@@ -73,7 +73,8 @@ BEGIN
         v_last := left(v_value, 19)::bigint + 1;
         v_set := set_config(v_slot, lpad(v_last::text, 19, '0') || ',' || substr(v_value, 21), true);
         IF substr(v_value, 20, 1) = ';' THEN
-            -- the second event: queue the flush (a trigger WHEN the number stays)
+            -- the second event: queue the flush (by an update that changes nothing: the
+            -- opening set updated_at = now() too; the trigger fires WHEN nothing changes)
             UPDATE postbox.aggregate_sequences SET updated_at = now()
             WHERE aggregate_type = p_aggregate_type AND aggregate_id = p_aggregate_id;
         END IF;
@@ -136,7 +137,9 @@ BEGIN
 END
 $$;
 
--- Queued by an aggregate's second event in a transaction, run at commit (or at once under SET
+-- Queued by an aggregate's second event in a transaction (an update of its row that changes
+-- nothing, in the transaction that numbered it: no other writer's update, such as an operator's
+-- backdating of updated_at, queues it), run at commit (or at once under SET
 -- CONSTRAINTS ... IMMEDIATE): writes the last number taken from the aggregate's slot into its
 -- row. A slot gone, or opened again since (RESET ALL, or postbox_seq.* set by the session), would
 -- leave the row behind the numbers used: refused.
@@ -177,5 +180,6 @@ CREATE CONSTRAINT TRIGGER aggregate_sequences_flush
     AFTER UPDATE ON postbox.aggregate_sequences
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW
-    WHEN (OLD.last_sequence = NEW.last_sequence)
+    WHEN (OLD.last_sequence = NEW.last_sequence AND OLD.updated_at = NEW.updated_at
+          AND NEW.updated_at = now())
     EXECUTE FUNCTION postbox.flush_sequence();
