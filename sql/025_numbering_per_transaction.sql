@@ -57,7 +57,7 @@ DECLARE
     v_last  bigint;
     v_set   text;  -- set_config's result (an assignment costs less than PERFORM)
 BEGIN
-    -- the aggregate's slot (a slot freed by a rollback may precede it), or the first free one
+    -- the aggregate's slot, or the first free one
     FOR k IN 0..3 LOOP
         v_slot := 'postbox_seq.s' || ((v_home + k) & 127);
         v_value := current_setting(v_slot, true);
@@ -107,8 +107,9 @@ SET search_path = pg_catalog, pg_temp
 RETURN postbox.take_sequence(p_aggregate_type, p_aggregate_id);
 REVOKE EXECUTE ON FUNCTION postbox.next_sequence(text, text) FROM PUBLIC;
 
--- The numbering trigger of version 18, numbering through the slots; the usual case (the
--- aggregate in its first slot, the flush queued) inline, a call less per row.
+-- The numbering trigger of version 18, numbering through the slots; the usual cases (the
+-- aggregate in its first slot, the flush queued; or its first event, its first slot free) inline,
+-- a call less per row.
 CREATE OR REPLACE FUNCTION postbox.assign_sequence() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -123,6 +124,16 @@ BEGIN
     IF substr(v_value, 20, 1) = ',' AND substr(v_value, 41) = v_key THEN
         NEW.sequence := left(v_value, 19)::bigint + 1;
         v_set := set_config(v_slot, lpad(NEW.sequence::text, 19, '0') || substr(v_value, 20), true);
+    ELSIF coalesce(v_value, '') = '' THEN
+        -- the aggregate's first event in the transaction, its first slot free (no slot after it
+        -- can hold it then): take_sequence's opening inline, the one-event transaction's path
+        INSERT INTO postbox.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence)
+        VALUES (NEW.aggregate_type, NEW.aggregate_id, 1)
+        ON CONFLICT (aggregate_type, aggregate_id)
+        DO UPDATE SET last_sequence = s.last_sequence + 1, updated_at = now()
+        RETURNING s.last_sequence INTO NEW.sequence;
+        v_set := set_config(v_slot, lpad(NEW.sequence::text, 19, '0') || ';'
+                                    || lpad(NEW.sequence::text, 19, '0') || '|' || v_key, true);
     ELSE
         NEW.sequence := postbox.take_sequence(NEW.aggregate_type, NEW.aggregate_id);
     END IF;
