@@ -10,17 +10,20 @@
 -- The first event of an aggregate in a transaction takes the next number from the row as before
 -- (the upsert that creates or advances it, and locks it until the transaction ends: producers of
 -- one aggregate still number in commit order, and a concurrent producer of the aggregate still
--- waits at its first event). The counter then lives in a transaction-local setting, a "slot":
--- postbox_seq.s0 .. postbox_seq.s127, chosen by a hash of the aggregate, 4 tried from there. Each
--- further event of the aggregate takes its number from the slot. The second one also updates the
--- row without changing it, which queues the deferred constraint trigger
--- aggregate_sequences_flush: at commit it writes the slot's last number into the row, once. A
--- transaction with one event per aggregate writes the row once, as before; one with more writes
--- it three times, whatever the count. Settings set in a subtransaction revert when it rolls back,
--- as its rows and queued triggers do: ROLLBACK TO SAVEPOINT leaves neither a gap nor a repeat.
+-- waits at its first event). So does the second, which also stamps the row a microsecond after
+-- the transaction's start (now()) and opens the aggregate's "slot": a transaction-local setting,
+-- postbox_seq.s0 .. postbox_seq.s127, chosen by a hash of the aggregate, 4 tried from there. The
+-- further events take their numbers from the slot; the third also updates the row without
+-- changing it, which queues the deferred constraint trigger aggregate_sequences_flush: at commit
+-- it writes the slot's last number into the row, once. A transaction writes each aggregate's row
+-- at most four times, whatever its count of events; one with one event per aggregate, once, as
+-- before, and sets no slot (a set_config cost that transaction 10-20% of its CPU). postbox.emit,
+-- and an aggregate whose first slot holds another, open the slot at the first event. Settings
+-- set in a subtransaction revert when it rolls back, as its rows and queued triggers do:
+-- ROLLBACK TO SAVEPOINT leaves neither a gap nor a repeat.
 -- An aggregate whose 4 slots hold others (a transaction of many aggregates) updates its row per
 -- event, as before: correct, slower only when it has many events. After SET CONSTRAINTS ALL
--- IMMEDIATE the flush runs at the second event and the third opens the aggregate again: correct.
+-- IMMEDIATE the flush runs at once and the next event opens the aggregate again: correct.
 --
 -- A slot's value: "<last number, 19 digits><','|';'><first number, 19 digits>|<aggregate>", ','
 -- once the flush is queued, ';' before; "written" padded to 39 characters instead of the numbers
@@ -42,7 +45,8 @@
 
 -- The next number of an aggregate in the caller's transaction, as described above. Runs with the
 -- caller's rights: only the SECURITY DEFINER functions below call it (EXECUTE is revoked from
--- PUBLIC). The trigger calls it for an aggregate's first two events in a transaction only.
+-- PUBLIC). The trigger calls it for an aggregate's third event in a transaction, or when the
+-- aggregate's first slot holds another.
 CREATE FUNCTION postbox.take_sequence(p_aggregate_type text, p_aggregate_id text)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -73,9 +77,9 @@ BEGIN
         v_last := left(v_value, 19)::bigint + 1;
         v_set := set_config(v_slot, lpad(v_last::text, 19, '0') || ',' || substr(v_value, 21), true);
         IF substr(v_value, 20, 1) = ';' THEN
-            -- the second event: queue the flush (by an update that changes nothing: the
-            -- opening set updated_at = now() too; the trigger fires WHEN nothing changes)
-            UPDATE postbox.aggregate_sequences SET updated_at = now()
+            -- the slot's second number: queue the flush (by an update that changes nothing;
+            -- the trigger fires WHEN nothing changes on a row numbered in this transaction)
+            UPDATE postbox.aggregate_sequences SET last_sequence = last_sequence
             WHERE aggregate_type = p_aggregate_type AND aggregate_id = p_aggregate_id;
         END IF;
         RETURN v_last;
@@ -120,20 +124,28 @@ DECLARE
     v_slot  constant text := 'postbox_seq.s' || (hashtext(v_key) & 127);
     v_value constant text := current_setting(v_slot, true);
     v_set   text;
+    v_again boolean;
 BEGIN
     IF substr(v_value, 20, 1) = ',' AND substr(v_value, 41) = v_key THEN
         NEW.sequence := left(v_value, 19)::bigint + 1;
         v_set := set_config(v_slot, lpad(NEW.sequence::text, 19, '0') || substr(v_value, 20), true);
     ELSIF coalesce(v_value, '') = '' THEN
-        -- the aggregate's first event in the transaction, its first slot free (no slot after it
-        -- can hold it then): take_sequence's opening inline, the one-event transaction's path
+        -- the aggregate's first event in the transaction, or its second: its first slot is free
+        -- (no slot after it can hold it then). The one-event transaction's path: numbered on the
+        -- row as before, no slot (a set_config costs that transaction 10-20% of its CPU). A row
+        -- numbered in this transaction already (updated_at = now()) is stamped a microsecond
+        -- later, and the aggregate opened in its slot: its further events count there.
         INSERT INTO postbox.aggregate_sequences AS s (aggregate_type, aggregate_id, last_sequence)
         VALUES (NEW.aggregate_type, NEW.aggregate_id, 1)
         ON CONFLICT (aggregate_type, aggregate_id)
-        DO UPDATE SET last_sequence = s.last_sequence + 1, updated_at = now()
-        RETURNING s.last_sequence INTO NEW.sequence;
-        v_set := set_config(v_slot, lpad(NEW.sequence::text, 19, '0') || ';'
-                                    || lpad(NEW.sequence::text, 19, '0') || '|' || v_key, true);
+        DO UPDATE SET last_sequence = s.last_sequence + 1,
+                      updated_at = CASE WHEN s.updated_at >= now() THEN now() + interval '1 microsecond'
+                                        ELSE now() END
+        RETURNING s.last_sequence, s.updated_at > now() INTO NEW.sequence, v_again;
+        IF v_again THEN
+            v_set := set_config(v_slot, lpad(NEW.sequence::text, 19, '0') || ';'
+                                        || lpad(NEW.sequence::text, 19, '0') || '|' || v_key, true);
+        END IF;
     ELSE
         NEW.sequence := postbox.take_sequence(NEW.aggregate_type, NEW.aggregate_id);
     END IF;
@@ -192,5 +204,5 @@ CREATE CONSTRAINT TRIGGER aggregate_sequences_flush
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW
     WHEN (OLD.last_sequence = NEW.last_sequence AND OLD.updated_at = NEW.updated_at
-          AND NEW.updated_at = now())
+          AND NEW.updated_at >= now())
     EXECUTE FUNCTION postbox.flush_sequence();

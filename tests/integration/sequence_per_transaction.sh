@@ -8,7 +8,7 @@
 #      like the cdc relay, sees them) they come 1, 2, 3, ...: each transaction's numbers follow
 #      the previous transaction's of the aggregate
 #   2. ROLLBACK TO SAVEPOINT after some events, with the aggregate opened before or inside it
-#   3. one aggregate with 5,000 events in a transaction writes its row at most twice before
+#   3. one aggregate with 5,000 events in a transaction writes its row at most 3 times before
 #      commit; a 20,000-row INSERT ... SELECT over 4 aggregates numbers 1..5,000 in id order
 #   4. postbox.emit and the outbox share the counter inside a transaction
 #   5. a transaction of 400 aggregates (more than the slots), 3 events each
@@ -108,7 +108,7 @@ writes=$(psql_q "BEGIN;
                  SELECT count(postbox.enqueue('w', 'one', 'e.v1', '{}')) FROM generate_series(1, 5000) \\g /dev/null
                  SELECT n_tup_ins + n_tup_upd FROM pg_stat_xact_user_tables WHERE relid = 'postbox.aggregate_sequences'::regclass;
                  COMMIT;")
-((writes <= 2)) || fail "5,000 events of one aggregate wrote its row $writes times before commit"
+((writes <= 3)) || fail "5,000 events of one aggregate wrote its row $writes times before commit"
 psql_q "INSERT INTO postbox.outbox (aggregate_type, aggregate_id, event_type, payload)
             SELECT 'bulk', (i % 4)::text, 'e.v1', jsonb_build_object('i', i) FROM generate_series(0, 19999) i"
 read -r aggs gapless counters <<<"$(numbered bulk)"
@@ -178,7 +178,7 @@ got=$(psql_q "SELECT string_agg((payload ->> 'tx') || ':' || sequence, ',' ORDER
 say "the second transaction waited $waited ms and numbered after the first: $got"
 
 # ---- 8. a lost slot is refused ----
-out=$(psql -XAtq -d "$POSTBOX_PG_DSN" -c "BEGIN" -c "SELECT postbox.enqueue('lost', 'l', 'e.v1', '{}') FROM generate_series(1, 2)" \
+out=$(psql -XAtq -d "$POSTBOX_PG_DSN" -c "BEGIN" -c "SELECT postbox.enqueue('lost', 'l', 'e.v1', '{}') FROM generate_series(1, 4)" \
           -c "RESET ALL" -c "SELECT postbox.enqueue('lost', 'l', 'e.v1', '{}')" -c "COMMIT" 2>&1 || true)
 grep -q 'numbering of aggregate (lost, l) in this transaction was lost' <<<"$out" || fail "RESET ALL between events: $out"
 n=$(psql_q "SELECT count(*) FROM postbox.outbox WHERE aggregate_type = 'lost'")
