@@ -30,17 +30,18 @@
 -- postbox.inbox_sequences as the batched purge does (sql/012), under a lock on the inbox held
 -- for the fold, so that the duplicate rule after a purge holds.
 
--- On the consumer's hottest path (every message, tuple routing): checks cheaper than a regular
--- expression (measured: ~0.5-1.5 us against 3-6 us per id under load). The shape (36
--- characters, hyphens in place, version digit 7) and a hexadecimal time are enough: the time is
--- all that is read, and any other id gets -infinity; what matters is that the result depends on
--- the id alone and that no id makes the function fail.
+-- On the consumer's hottest path (every message, in tuple routing), so cheap checks: a LIKE
+-- for the shape (36 characters, hyphens in place, version digit 7) and a short character class
+-- for the hexadecimal time (measured under load, per id: ~2.5 us for the whole function, where
+-- one regular expression of the full UUID shape took 12-16 us and translate() 2.6 us alone).
+-- The time is all that is read, so nothing more is checked; any other id gets -infinity. What
+-- matters is that the result depends on the id alone and that no id makes the function fail.
 CREATE FUNCTION postbox.inbox_message_time(p_message_id text)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT CASE WHEN p_message_id LIKE '________-____-7___-____-____________'
-                     AND translate(left(p_message_id, 13), '0123456789abcdefABCDEF', '') = '-'
+                     AND left(p_message_id, 13) ~ '^[0-9a-fA-F]+-[0-9a-fA-F]+$'
                 THEN to_timestamp(('x' || left(p_message_id, 8) || substr(p_message_id, 10, 4))
                                       ::bit(48)::bigint / 1000.0::float8)
                 ELSE timestamptz '-infinity' END
