@@ -6,8 +6,9 @@
 #   2. a day boundary: messages whose UUIDv7 ids fall 10 and 9 days back (backdated
 #      partitions) are handled once; copies redelivered after their rows' receipt day are
 #      duplicates (the id, not the receipt, picks the partition); ids without a time (an order
-#      number, a UUIDv4) go to inbox_untimed, a far-future UUIDv7 to inbox_default, and each
-#      of them is handled once when delivered twice
+#      number, a UUIDv4) go to inbox_untimed, a far-future UUIDv7 and a look-alike with a
+#      non-hexadecimal "time" to inbox_default, and each of them is handled once when delivered
+#      twice
 #   3. while the consumer runs and handles a stream of new messages, its retention drops the
 #      old partitions (one kept while a row in it was received within the retention), folding
 #      their numbers into inbox_sequences: every new message handled once, and copies of the
@@ -73,10 +74,12 @@ for k in 1 2 3 4 5 6; do
     OLD_AT[k]=$(psql_q "SELECT extract(epoch FROM postbox.inbox_message_time('${OLD_ID[k]}'))::bigint")
     send_old "${OLD_ID[k]}" $k "${OLD_AT[k]}"
 done
-# an order number, a UUIDv4, a UUIDv7 look-alike whose time is not hexadecimal (must not fail)
-UNTIMED=(order-17 "$(psql_q 'SELECT gen_random_uuid()')" 0190abcd--f01-7000-8000-000000000000)
+# an order number and a UUIDv4 (no time); a far-future UUIDv7 and a look-alike whose "time"
+# is not hexadecimal (no partition: inbox_default; it must not fail)
+UNTIMED=(order-17 "$(psql_q 'SELECT gen_random_uuid()')")
 FUTURE=$(uuid7 "now() + interval '400 days'")
-for id in "${UNTIMED[@]}" "$FUTURE"; do publish other.v1 "$id" other.v1 '{}' 2; done
+LOOKALIKE=0190abcd--f01-7000-8000-000000000000
+for id in "${UNTIMED[@]}" "$FUTURE" "$LOOKALIKE"; do publish other.v1 "$id" other.v1 '{}' 2; done
 drain
 (($(effects) == 10)) || fail "$(effects) effects, expected 10 (6 old, 4 others once each)"
 for k in 1 2 3 4 5 6; do
@@ -89,14 +92,16 @@ for id in "${UNTIMED[@]}"; do
     [[ $(partition_of "$id") == postbox.inbox_untimed ]] || fail "$id is in $(partition_of "$id"), not inbox_untimed"
     (($(effects_of "$id") == 1)) || fail "$id took effect $(effects_of "$id") times"
 done
-[[ $(partition_of "$FUTURE") == postbox.inbox_default ]] || fail "$FUTURE is in $(partition_of "$FUTURE"), not inbox_default"
-(($(effects_of "$FUTURE") == 1)) || fail "$FUTURE took effect $(effects_of "$FUTURE") times"
+for id in "$FUTURE" "$LOOKALIKE"; do
+    [[ $(partition_of "$id") == postbox.inbox_default ]] || fail "$id is in $(partition_of "$id"), not inbox_default"
+    (($(effects_of "$id") == 1)) || fail "$id took effect $(effects_of "$id") times"
+done
 # the rows were received on their ids' days (a day boundary ago and more); o4 just now
 psql_q "UPDATE postbox.inbox SET received_at = postbox.inbox_message_time(message_id) + interval '1 minute'
         WHERE consumer = 'ip' AND aggregate_id = 'OLD' AND aggregate_sequence <> 4" >/dev/null
 send_old "${OLD_ID[2]}" 2 "${OLD_AT[2]}"
 send_old "${OLD_ID[5]}" 5 "${OLD_AT[5]}"
-for id in "${UNTIMED[@]}" "$FUTURE"; do publish other.v1 "$id" other.v1 '{}'; done
+for id in "${UNTIMED[@]}" "$FUTURE" "$LOOKALIKE"; do publish other.v1 "$id" other.v1 '{}'; done
 drain
 (($(effects) == 10)) || fail "$(effects) effects after the copies, expected 10: a copy was handled again"
 grep -q "duplicate message ${OLD_ID[2]}" "$CONSUMER_LOG" || fail "the copy of ${OLD_ID[2]} was not taken for a duplicate"
