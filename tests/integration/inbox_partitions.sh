@@ -8,7 +8,7 @@
 #      duplicates (the id, not the receipt, picks the partition); ids without a time (an order
 #      number, a UUIDv4) go to inbox_untimed, a far-future UUIDv7 and a look-alike with a
 #      non-hexadecimal "time" to inbox_default, and each of them is handled once when delivered
-#      twice
+#      twice; with consume.commit_inbox_first the row is marked done in its partition
 #   3. while the consumer runs and handles a stream of new messages, its retention drops the
 #      old partitions (one kept while a row in it was received within the retention), folding
 #      their numbers into inbox_sequences: every new message handled once, and copies of the
@@ -107,6 +107,17 @@ drain
 grep -q "duplicate message ${OLD_ID[2]}" "$CONSUMER_LOG" || fail "the copy of ${OLD_ID[2]} was not taken for a duplicate"
 [[ $(psql_q "SELECT count(*) FROM postbox.inbox WHERE consumer = 'ip'") == 10 ]] || fail "the copies left inbox rows"
 
+# consume.commit_inbox_first: the row committed first, marked done after the handler (an
+# UPDATE that finds it by id and key)
+FIRST=("$(psql_q 'SELECT postbox.uuid_v7()')" order-18)
+for id in "${FIRST[@]}"; do publish other.v1 "$id" other.v1 '{}'; done
+POSTBOX_CONSUME_COMMIT_INBOX_FIRST=true drain
+for id in "${FIRST[@]}"; do
+    (($(effects_of "$id") == 1)) || fail "$id (commit_inbox_first) took effect $(effects_of "$id") times"
+    [[ $(psql_q "SELECT processed_at IS NOT NULL FROM postbox.inbox WHERE consumer = 'ip' AND message_id = '$id'") == t ]] ||
+        fail "the inbox row of $id (commit_inbox_first) is not marked processed"
+done
+
 say "3. retention drops old partitions while the consumer handles new messages"
 start_consumer --set consume.retention=7d --set consume.purge_interval=1s
 N_NEW=600
@@ -133,7 +144,7 @@ purged=$(psql_q "SELECT purged FROM postbox.inbox_sequences WHERE consumer = 'ip
 [[ $purged == '{[1,7)}' ]] || fail "OLD's purged set is '$purged', expected {[1,7)} (the dropped rows' numbers)"
 (($(grep -c 'dropped 1 partitions of postbox.inbox' "$CONSUMER_LOG") >= 2)) || fail "the consumer did not log both drops"
 wait "$PUBLISHER" || fail "publishing failed"
-want=$((10 + N_NEW))
+want=$((12 + N_NEW))
 wait_until "(( \$(effects) >= $want )) && [[ \$(queue_count) == 0 ]]" 120 || fail "$(effects) effects of $want"
 # copies of dropped messages: new ids to the inbox's partitions, duplicates by the fold
 send_old "${OLD_ID[1]}" 1 "${OLD_AT[1]}"
