@@ -17,7 +17,8 @@
 --   made ahead goes to inbox_default, purged like inbox_untimed.
 -- The time a message carries besides its id (created_at header, AMQP timestamp, CloudEvents
 -- time, Kafka record timestamp) is not used: nothing makes it the same on every copy (a Kafka
--- record produced again gets a new timestamp), and the partition key must be a function of the id alone.
+-- record produced again gets a new timestamp), and the partition key must be a function of
+-- the id alone.
 --
 -- PostgreSQL refuses a unique index on a table partitioned by an expression, so the key is
 -- made on each partition (partition_create, below) and `postbox check` verifies it. The
