@@ -65,11 +65,17 @@ static const index_spec_t indexes[] = {
      "CREATE INDEX CONCURRENTLY inbox_dead_consumer ON postbox.inbox_dead (consumer, dead_at)"},
 };
 
-/* Per index of ctx's sides: exists, valid and ready, on the table it should be on. */
+/* Per index of ctx's sides: exists, valid and ready, on the table it should be on. A table
+ * partitioned by an expression (the inbox, sql/026) can have no key of its own: its partitions
+ * have one each, which check_inbox_keys judges; its key counts as present here. */
 static const char indexes_sql[] =
-    "SELECT n.name, c.oid IS NOT NULL, coalesce(x.indisvalid AND x.indisready, false), "
-    "       coalesce(x.indrelid = to_regclass(n.tab), false) "
+    "SELECT n.name, c.oid IS NOT NULL OR k.per_partition, "
+    "       coalesce(x.indisvalid AND x.indisready, false) OR k.per_partition, "
+    "       coalesce(x.indrelid = to_regclass(n.tab), false) OR k.per_partition "
     "FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS n(name, tab, ord) "
+    "CROSS JOIN LATERAL (SELECT n.name LIKE '%\\_pkey' AND EXISTS ("
+    "    SELECT 1 FROM pg_partitioned_table pt"
+    "    WHERE pt.partrelid = to_regclass(n.tab) AND pt.partattrs[0] = 0)) AS k(per_partition) "
     "LEFT JOIN pg_class c ON c.relname = n.name AND c.relnamespace = to_regnamespace('postbox') "
     "LEFT JOIN pg_index x ON x.indexrelid = c.oid "
     "ORDER BY n.ord";
@@ -203,6 +209,27 @@ static void check_partitions(pb_check_ctx_t *ctx)
     PQclear(res);
 }
 
+/* The partitioned inbox (sql/026): every partition has its key (consumer, message_id), which
+ * is the consumer's duplicate check there. */
+static void check_inbox_keys(pb_check_ctx_t *ctx)
+{
+    PGresult *res = pb_check_query(ctx, "schema.inbox_keys", "look up the inbox partitions' keys",
+                                   "SELECT p::text FROM postbox.inbox_partitions_without_key() p",
+                                   0, NULL);
+    if (!res)
+        return;
+    for (int i = 0; i < PQntuples(res); i++) {
+        pb_check_finding_t *f = pb_check_add(ctx->r, PB_CHECK_FAIL, "schema.inbox_keys",
+                                             "partition %s of postbox.inbox has no key on "
+                                             "(consumer, message_id): a redelivery of a message "
+                                             "there would be handled again",
+                                             PQgetvalue(res, i, 0));
+        pb_check_hint(f, "ALTER TABLE %s ADD PRIMARY KEY (consumer, message_id)",
+                      PQgetvalue(res, i, 0));
+    }
+    PQclear(res);
+}
+
 void pb_check_schema(pb_check_ctx_t *ctx)
 {
     bool present;
@@ -221,6 +248,8 @@ void pb_check_schema(pb_check_ctx_t *ctx)
         return; /* indexes of a schema not (yet) at this binary's version are not judged */
     check_indexes(ctx);
     check_partitions(ctx);
+    if (ctx->sides & PB_CHECK_CONSUME)
+        check_inbox_keys(ctx);
     if (ctx->sides & PB_CHECK_RELAY)
         check_shard_index(ctx);
 }

@@ -147,6 +147,8 @@ static const grant_t grants[] = {
      false},
     {PB_GRANTS_CONSUMER, "EXECUTE", "FUNCTION postbox.partitions_drop_before(text, timestamptz)",
      NULL, false},
+    {PB_GRANTS_CONSUMER, "EXECUTE",
+     "FUNCTION postbox.inbox_purge_unpartitioned(timestamptz, integer, text)", NULL, false},
 };
 
 static const char *section_roles(pb_grant_section_t section)

@@ -111,6 +111,10 @@ static const char purge_inbox_dead_sql[] =
  * partition (times no partition covered) for the DELETE; whole partitions are dropped. */
 static const char purge_outbox_default_sql[] =
     "SELECT postbox.partitions_purge_default('outbox_published', $1::timestamptz, $2::integer)";
+/* The partitioned inbox (sql/026): the DELETE, with its fold, only in the two partitions that
+ * are never dropped (ids without a time, times without a partition). */
+static const char purge_inbox_unpartitioned_sql[] =
+    "SELECT postbox.inbox_purge_unpartitioned($1::timestamptz, $2::integer, $3::text)";
 /* Drops the partitions whose whole interval is older than the longest age ($2 the purge's
  * start, $3 the default age in ms, $4 the rules' ages); none while an age of 0 keeps rows. */
 static const char drop_partitions_sql[] =
@@ -147,7 +151,7 @@ static const char *purge_sql(pb_purge_target_t target, bool partitioned)
     case PB_PURGE_OUTBOX:
         return partitioned ? purge_outbox_default_sql : purge_outbox_sql;
     case PB_PURGE_INBOX:
-        return purge_inbox_sql;
+        return partitioned ? purge_inbox_unpartitioned_sql : purge_inbox_sql;
     case PB_PURGE_AGGREGATE_SEQUENCES:
         return purge_aggregate_sequences_sql;
     case PB_PURGE_INBOX_SEQUENCES:
@@ -167,7 +171,7 @@ static bool dead_target(pb_purge_target_t target)
  * any schema version and needs no grant). */
 static pb_status_t detect_partitions(pb_purge_t *p, pb_error_t *err)
 {
-    if (p->target != PB_PURGE_OUTBOX && !dead_target(p->target))
+    if (p->target != PB_PURGE_OUTBOX && p->target != PB_PURGE_INBOX && !dead_target(p->target))
         return PB_OK;
     const char *params[1] = {pb_purge_table(p->target)};
     PGresult *res = PQexecParams(p->conn, is_partitioned_sql, 1, NULL, params, NULL, NULL, 0);

@@ -161,6 +161,9 @@ pb_init() {
     [[ -z ${POSTBOX_TEST_PARTITION_BY:-} ]] ||
         [[ $(psql_q "SELECT relkind FROM pg_class WHERE oid = 'postbox.outbox_published'::regclass") == p ]] ||
         fail "postbox init --partition-by left postbox.outbox_published unpartitioned"
+    [[ -z ${POSTBOX_TEST_PARTITION_BY:-} ]] ||
+        [[ $(psql_q "SELECT relkind FROM pg_class WHERE oid = 'postbox.inbox'::regclass") == p ]] ||
+        fail "postbox init --partition-by left postbox.inbox unpartitioned"
 }
 
 # ---- least-privilege roles ------------------------------------------------------------------
