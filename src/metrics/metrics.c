@@ -380,10 +380,7 @@ void pb_metrics_set_slot_lag(const char *slot, int64_t bytes)
 
 void pb_metrics_set_slot_lag_age(const char *slot, int64_t age_ms)
 {
-    const char *values[2] = {slot, NULL};
-    pthread_mutex_lock(&lock);
-    series_of(&slot_lag_age, values)->value = (double)age_ms / 1000.0;
-    pthread_mutex_unlock(&lock);
+    set(&slot_lag_age, slot, NULL, (double)age_ms / 1000.0);
 }
 
 void pb_metrics_set_slot_lag_over(const char *slot, bool over)

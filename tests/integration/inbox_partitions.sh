@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The partitioned inbox (README, "Partitioned storage"; sql/026_inbox_partitions.sql):
+# The partitioned inbox (README, "Partitioned storage"; sql/024_inbox_partitions.sql):
 #   1. `init --partition-by` leaves an inbox holding rows one table, with a warning naming why;
 #      once it is empty, init partitions it: inbox_untimed, inbox_default, today and 3 days
 #      ahead, each partition with its key (consumer, message_id)

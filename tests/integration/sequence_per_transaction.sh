@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The numbering of schema 25 (sql/025_numbering_per_transaction.sql): counted in a
+# The numbering of schema 23 (sql/023_numbering_per_transaction.sql): counted in a
 # transaction-local slot, the aggregate's row written about once per transaction. It keeps the
 # numbering's promises:
 #   1. concurrent producers (pgbench, 8 clients, least-privilege role) of few aggregates, several

@@ -1,4 +1,4 @@
--- postbox schema, version 25: the per-aggregate numbering writes its counter row about once per
+-- postbox schema, version 23: the per-aggregate numbering writes its counter row about once per
 -- transaction, not once per event.
 --
 -- Until now every event updated its aggregate's row in postbox.aggregate_sequences. Inside one

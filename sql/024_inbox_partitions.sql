@@ -1,4 +1,4 @@
--- postbox schema, version 26: the inbox on the partitioned layout too.
+-- postbox schema, version 24: the inbox on the partitioned layout too.
 --
 -- sql/020 left the inbox one table: its duplicate rule needs (consumer, message_id) unique for
 -- all time, and a unique index of a table partitioned by the time of receipt would let a
