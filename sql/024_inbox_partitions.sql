@@ -43,18 +43,19 @@
 CREATE FUNCTION postbox.inbox_message_key(p_message_id text)
 RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT (CASE WHEN p_message_id LIKE '________-____-7___-____-____________'
-                 THEN left(p_message_id, 13) ELSE '' END) COLLATE "C"
-$$;
+RETURN (CASE WHEN p_message_id LIKE '________-____-7___-____-____________'
+             THEN left(p_message_id, 13) ELSE '' END) COLLATE "C";
 COMMENT ON FUNCTION postbox.inbox_message_key(text) IS
     'the partition key of the partitioned inbox: the hexadecimal time of a UUIDv7 message id, '
     '(empty) for any other id; the same for every copy of a message';
 
+-- The key is a SQL-standard body: bound when it is created (no caller's search_path reaches it)
+-- and still inlined where the inbox routes and prunes, which a pinned search_path would prevent.
 -- The key of a time (a partition bound), and the time of a key (NULL if it is none).
 CREATE FUNCTION postbox.inbox_key_at(p_at timestamptz)
 RETURNS text
 LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT substr(h, 1, 8) || '-' || substr(h, 9, 4)
     FROM lpad(to_hex(floor(extract(epoch FROM p_at) * 1000)::bigint), 12, '0') AS h
@@ -62,6 +63,7 @@ $$;
 CREATE FUNCTION postbox.inbox_key_time(p_key text)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE WHEN p_key ~ '^[0-9a-f]{8}-[0-9a-f]{4}$'
                 THEN to_timestamp(('x' || replace(p_key, '-', ''))::bit(48)::bigint / 1000.0::float8)
@@ -71,6 +73,7 @@ $$;
 CREATE FUNCTION postbox.inbox_message_time(p_message_id text)
 RETURNS timestamptz
 LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(postbox.inbox_key_time(postbox.inbox_message_key(p_message_id)),
                     timestamptz '-infinity')
