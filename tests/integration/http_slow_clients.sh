@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Slow clients do not starve the probes: 40 connections to metrics.listen that each send one
 # header line every 4 s (and come back when the server closes them) run beside a probe that asks
-# /healthz every half second for 25 s; every probe must answer 200 within 1 s. Run without and
+# /healthz every half second for 12 s; every probe must answer 200 within 1 s. Run without and
 # then with metrics.token_file (/healthz is open either way); with the token a scrape of /metrics
 # must get through as well.
 source "$(dirname "$0")/lib.sh"
 
 command -v curl >/dev/null || fail "curl is missing (scripts/install-deps)"
 SLOW=40
-PROBE_SECS=25
+PROBE_SECS=12
 PORT=$(free_port)
 URL=http://127.0.0.1:$PORT
 pb_init
