@@ -16,7 +16,7 @@
  *   amqp-tool count URL QUEUE
  *       the queue's message count (passive declare)
  *   amqp-tool publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW [--batches | --two-batches[=K]]
- *                         [--sequence] [--traceparent]
+ *                         [--sequence] [--traceparent] [--envelope]
  *       the benchmark's baseline: N persistent messages of SIZE bytes with publisher confirms,
  *       at most WINDOW unconfirmed (a sliding window; multiple acks handled), with the
  *       properties and the two aggregate headers the relay sets; prints "published N in S
@@ -27,7 +27,9 @@
  *       message also waits for the confirm of the message K before it when that one is in an
  *       earlier batch (the aggregate of message i is i mod 100: K=100 sends no message before
  *       an earlier batch's message of its aggregate is confirmed); --sequence: also the header
- *       aggregate_sequence (an integer), as the relay sends it
+ *       aggregate_sequence (an integer), as the relay sends it; --envelope: also the headers the
+ *       relay adds with a trace context and amqp.cloudevents = binary (traceparent, tracestate
+ *       and nine cloudEvents_ attributes), to measure what they cost the broker
  *   amqp-tool publish URL EXCHANGE ROUTING_KEY MESSAGE_ID TYPE BODY [COUNT] [--header KEY=VALUE...]
  *                     [--timestamp UNIX_SECONDS]
  *       COUNT (default 1) copies of one persistent message, mandatory, with publisher confirms
@@ -474,8 +476,8 @@ static int cmd_publish_raw(int argc, char **argv)
 {
     if (argc < 6)
         die("usage: publish-raw URL EXCHANGE ROUTING_KEY N SIZE WINDOW "
-            "[--batches | --two-batches[=K]] [--sequence] [--traceparent]");
-    bool batchwise = false, two = false, with_seq = false, with_trace = false;
+            "[--batches | --two-batches[=K]] [--sequence] [--traceparent] [--envelope]");
+    bool batchwise = false, two = false, with_seq = false, with_trace = false, with_env = false;
     long wait_back = 0;
     for (int i = 6; i < argc; i++) {
         if (!strcmp(argv[i], "--batches"))
@@ -489,6 +491,8 @@ static int cmd_publish_raw(int argc, char **argv)
             with_seq = true;
         else if (!strcmp(argv[i], "--traceparent"))
             with_trace = true;
+        else if (!strcmp(argv[i], "--envelope"))
+            with_env = true;
         else
             die("unknown option %s", argv[i]);
     }
@@ -521,7 +525,7 @@ static int cmd_publish_raw(int argc, char **argv)
      * app_id, headers aggregate_type/aggregate_id (and with --sequence aggregate_sequence, the
      * third header the relay sets since schema version 9). */
     char uuid[37], agg_id[32];
-    amqp_table_entry_t hdr[4];
+    amqp_table_entry_t hdr[16];
     hdr[0].key = amqp_cstring_bytes("aggregate_type");
     hdr[0].value.kind = AMQP_FIELD_KIND_UTF8;
     hdr[0].value.value.bytes = amqp_cstring_bytes("bench");
@@ -545,6 +549,39 @@ static int cmd_publish_raw(int argc, char **argv)
         hdr[n_hdr++].value.value.bytes =
             amqp_cstring_bytes("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
     }
+    /* --envelope: the values the relay would send (the id, the time and the subject change per
+     * message below, like the relay's) */
+    char ce_time[32], ce_subject[48];
+    int ce_id = -1, ce_time_i = -1, ce_subject_i = -1;
+    if (with_env) {
+        static const char *const names[][2] = {
+            {"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+            {"tracestate", "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"},
+            {"cloudEvents_specversion", "1.0"},
+            {"cloudEvents_id", ""},
+            {"cloudEvents_source", "/postbox/pb_bench"},
+            {"cloudEvents_type", "bench.raw.v1"},
+            {"cloudEvents_subject", ""},
+            {"cloudEvents_time", ""},
+            {"cloudEvents_traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+            {"cloudEvents_tracestate", "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"},
+            {"cloudEvents_aggregatesequence", "1"},
+        };
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            if (!strcmp(names[i][0], "traceparent") && with_trace)
+                continue;
+            hdr[n_hdr].key = amqp_cstring_bytes(names[i][0]);
+            hdr[n_hdr].value.kind = AMQP_FIELD_KIND_UTF8;
+            hdr[n_hdr].value.value.bytes = amqp_cstring_bytes(names[i][1]);
+            if (!strcmp(names[i][0], "cloudEvents_id"))
+                ce_id = n_hdr;
+            else if (!strcmp(names[i][0], "cloudEvents_time"))
+                ce_time_i = n_hdr;
+            else if (!strcmp(names[i][0], "cloudEvents_subject"))
+                ce_subject_i = n_hdr;
+            n_hdr++;
+        }
+    }
     props.headers.num_entries = n_hdr;
     props.headers.entries = hdr;
     amqp_bytes_t payload = {(size_t)size, body};
@@ -563,6 +600,16 @@ static int cmd_publish_raw(int argc, char **argv)
             props.timestamp = (uint64_t)time(NULL);
             hdr[1].value.value.bytes = amqp_cstring_bytes(agg_id);
             hdr[2].value.value.i64 = (int64_t)((i - 1) / 100 + 1);
+            if (with_env) {
+                time_t t = time(NULL);
+                struct tm tm;
+                gmtime_r(&t, &tm);
+                strftime(ce_time, sizeof ce_time, "%Y-%m-%dT%H:%M:%S.000000Z", &tm);
+                snprintf(ce_subject, sizeof ce_subject, "bench/%s", agg_id);
+                hdr[ce_id].value.value.bytes = amqp_cstring_bytes(uuid);
+                hdr[ce_time_i].value.value.bytes = amqp_cstring_bytes(ce_time);
+                hdr[ce_subject_i].value.value.bytes = amqp_cstring_bytes(ce_subject);
+            }
             int st = amqp_basic_publish(conn, CHANNEL, exchange, rkey, 1, 0, &props, payload);
             check_status(st, "basic.publish");
             s.sent = i;
