@@ -24,7 +24,7 @@ server_cpu() { # NAME
     [[ -n $pid ]] || { echo 0; return; }
     # /proc/PID/stat after the command: field 14 utime, 15 stime, 16 cutime, 17 cstime
     for c in "$pid" $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
-        read -r line <"/proc/$c/stat" 2>/dev/null || continue
+        { read -r line <"/proc/$c/stat"; } 2>/dev/null || continue
         rest=${line##*) }
         read -ra f <<<"$rest"
         total=$((total + f[11] + f[12] + f[13] + f[14]))

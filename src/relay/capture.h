@@ -34,6 +34,9 @@ typedef struct pb_capture_batch {
     /* NULL, or per event: it comes after an event of its aggregate that the capture set aside
      * in an earlier batch and has not published yet (cdc): the driver defers it too. */
     const bool *behind_deferred;
+    /* the capture took as many events as one batch may hold (relay.batch_size, or
+     * relay.batch_bytes for the poll capture): more may be waiting */
+    bool full;
 } pb_capture_batch_t;
 
 /* Called by wait while it waits for work; returns false to end the wait early. */

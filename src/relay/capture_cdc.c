@@ -97,6 +97,7 @@ typedef struct cdc_batch {
     pb_cdc_event_t *items;
     pb_event_t *events; /* flat copies for the driver and the sink */
     size_t n, cap;
+    size_t bytes; /* payload bytes of the items (relay.batch_bytes) */
 } cdc_batch_t;
 
 typedef struct cdc_capture {
@@ -193,6 +194,7 @@ static void clear_buf(cdc_batch_t *b)
     for (size_t i = 0; i < b->n; i++)
         pb_cdc_event_free(&b->items[i]);
     b->n = 0;
+    b->bytes = 0;
 }
 
 static void clear_batch(cdc_capture_t *r)
@@ -330,6 +332,14 @@ static void append(cdc_capture_t *r, pb_cdc_event_t *e)
     }
     r->b->items[r->b->n] = *e;
     r->b->n++;
+    r->b->bytes += e->ev.payload_len;
+}
+
+/* Whether the batch holds relay.batch_bytes already (0: no bound). */
+static bool bytes_full(const cdc_capture_t *r)
+{
+    int64_t cap = r->base.cfg->relay_batch_bytes;
+    return cap > 0 && r->b->bytes >= (uint64_t)cap;
 }
 
 /* A message with the relay's prefix that postbox.emit did not write: any role that may call
@@ -514,7 +524,7 @@ static pb_status_t fill(cdc_capture_t *r, int64_t wait_ms, bool ahead, pb_error_
     bool waited_for_commit = ahead; /* the read-ahead never waits */
     /* set by the first event: how long more may join its batch */
     int64_t window_end = ahead ? started : r->b->n > 0 ? started + FILL_WINDOW_MS : 0;
-    while (r->b->n < limit && !*r->base.stop) {
+    while (r->b->n < limit && !bytes_full(r) && !*r->base.stop) {
         /* a committed streamed transaction goes first, from disk: it is older than the rest */
         if (r->replay) {
             pb_status_t st = replay_one(r, err);

@@ -60,7 +60,7 @@ typedef struct fallback_capture {
     phase_t phase;
     bool known;           /* the phase was read from the database since the last connect */
     bool slot_dropped;    /* in the fallback, the old slot (or a return's) is gone */
-    bool caught_up;       /* the poll capture's last batch was smaller than relay.batch_size */
+    bool caught_up;       /* the poll capture's last batch was not full (fewer than it asked for) */
     bool out;             /* a batch is with the driver */
     /* the slot went over its limit during a broker outage (fb_keepalive): the fallback is
      * entered at the next connect (fall_reason says why), a batch in hand given up first */
@@ -340,7 +340,7 @@ static pb_status_t fb_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_t 
     fallback_capture_t *f = (fallback_capture_t *)cap;
     pb_status_t st = f->active->ops->next(f->active, b, err);
     if (st == PB_OK && f->phase != PHASE_CDC)
-        f->caught_up = b->n < (size_t)cap->cfg->relay_batch_size;
+        f->caught_up = !b->full;
     f->out = st == PB_OK && b->n > 0;
     return st;
 }

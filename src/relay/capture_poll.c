@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "common/retry.h"
 #include "common/str.h"
+#include "relay/batch_bytes.h"
 #include "relay/capture.h"
 #include "relay/shards.h"
 #include "store/outbox.h"
@@ -59,6 +60,8 @@ typedef struct poll_capture {
     id_list_t commit_ids; /* the ids of the batch whose COMMIT is queued */
     id_list_t scratch;
     pb_buf_t in_flight; /* the multirange of the ids a claim skips */
+    int claim_limit;    /* events the next claim asks for (relay/batch_bytes.h) */
+    int sent_limit;     /* what the claim of ahead asked for */
 } poll_capture_t;
 
 static void ids_reserve(id_list_t *l, size_t n)
@@ -258,7 +261,7 @@ static pb_status_t send_round(poll_capture_t *p, const char *in_flight, pb_error
     if (in_flight) {
         p->ahead->conn = p->conn;
         if ((st = enter_pipeline(p->conn, err)) != PB_OK ||
-            (st = pb_outbox_send_claim(p->ahead, (int)p->base.cfg->relay_batch_size,
+            (st = pb_outbox_send_claim(p->ahead, (p->sent_limit = p->claim_limit),
                                        p->shards.n, p->shards.owned_sql.data, in_flight,
                                        err)) != PB_OK ||
             (st = pb_pg_send_sync(p->conn, err)) != PB_OK || (st = flush(p->conn, err)) != PB_OK)
@@ -301,6 +304,12 @@ static pb_status_t collect(poll_capture_t *p, pb_error_t *err)
             (st = exit_pipeline(p->conn, err)) != PB_OK)
             return st;
         p->ahead_ready = p->ahead->n_events > 0;
+        size_t bytes = 0;
+        for (size_t i = 0; i < p->ahead->n_events; i++)
+            bytes += p->ahead->events[i].payload_len;
+        p->claim_limit = pb_claim_limit_next((int)p->base.cfg->relay_batch_size,
+                                             p->base.cfg->relay_batch_bytes, p->claim_limit,
+                                             p->ahead->n_events, bytes);
         if (p->ahead->n_parked)
             log_debug(FAC, "claimed %zu events; set aside %zu behind earlier events of their "
                            "aggregates that wait (for a retry, or for their available_at)",
@@ -339,6 +348,7 @@ static pb_status_t poll_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_
     poll_capture_t *p = (poll_capture_t *)cap;
     PB_ASSERT(!p->cur_out && !p->settle_queued && !p->claim_queued);
     b->n = 0;
+    b->full = false;
     if (p->ahead_ready) {
         /* claimed while the batch before (now settling) was still out */
         swap(&p->cur, &p->ahead);
@@ -367,6 +377,7 @@ static pb_status_t poll_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_
     p->cur_out = true;
     b->events = p->cur->events;
     b->n = p->cur->n_events;
+    b->full = p->cur->n_events + p->cur->n_parked >= (size_t)p->sent_limit;
     return PB_OK;
 }
 
@@ -543,6 +554,7 @@ pb_status_t pb_capture_poll_new(const pb_config_t *cfg, volatile sig_atomic_t *s
     p->settling = &p->obs[0];
     p->cur = &p->obs[1];
     p->ahead = &p->obs[2];
+    p->claim_limit = pb_claim_limit_first((int)cfg->relay_batch_size, cfg->relay_batch_bytes);
     pb_shards_init(&p->shards, (int)cfg->relay_shards);
     *out = &p->base;
     return PB_OK;
