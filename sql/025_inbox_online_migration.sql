@@ -196,6 +196,10 @@ BEGIN
     IF to_regclass('postbox.inbox_legacy') IS NULL THEN
         RETURN true;
     END IF;
+    -- rows left (held by a consumer's move, given back by a rollback): no lock taken
+    IF EXISTS (SELECT 1 FROM postbox.inbox_legacy) THEN
+        RETURN false;
+    END IF;
     -- the inbox first, as a consumer's insert takes them (no deadlock with the consumers)
     LOCK TABLE postbox.inbox IN ACCESS EXCLUSIVE MODE;
     LOCK TABLE postbox.inbox_legacy IN ACCESS EXCLUSIVE MODE;
