@@ -49,6 +49,59 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION postbox.inbox_take_legacy() FROM PUBLIC;
 
+-- The statements that find a row by its id (src/store/inbox_sql.c: a failed handler gives its
+-- row back; commit_inbox_first marks it done after the handler) on a row claimed before the
+-- migration and settled after it: the row may still be in the legacy table, so it is moved
+-- first (dynamic SQL: the table goes at the end of the migration). If a janitor's batch holds
+-- it, this waits for the batch, and the next statement finds the row in the new inbox.
+CREATE FUNCTION postbox.inbox_legacy_take(p_consumer text, p_message_id text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+BEGIN
+    IF to_regclass('postbox.inbox_legacy') IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE 'WITH moved AS ('
+            '  DELETE FROM postbox.inbox_legacy WHERE consumer = $1 AND message_id = $2'
+            '  RETURNING consumer, message_id, message_type, received_at, processed_at,'
+            '            aggregate_type, aggregate_id, aggregate_sequence) '
+            'INSERT INTO postbox.inbox (consumer, message_id, message_type, received_at,'
+            '    processed_at, aggregate_type, aggregate_id, aggregate_sequence) '
+            'SELECT * FROM moved ON CONFLICT DO NOTHING'
+        USING p_consumer, p_message_id;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION postbox.inbox_legacy_take(text, text) FROM PUBLIC;
+
+-- The release (p_done false: the row deleted) or the done mark (true: processed_at set) of the
+-- row of one message, wherever the migration left it; how many rows (0 or 1). The comparison
+-- of the partition key probes only the message's partition (on the single table it holds).
+CREATE FUNCTION postbox.inbox_row_settle(p_consumer text, p_message_id text, p_done boolean)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+DECLARE
+    v_rows integer;
+BEGIN
+    PERFORM postbox.inbox_legacy_take(p_consumer, p_message_id);
+    IF p_done THEN
+        UPDATE postbox.inbox SET processed_at = now()
+        WHERE consumer = p_consumer AND message_id = p_message_id
+          AND postbox.inbox_message_key(message_id) = postbox.inbox_message_key(p_message_id);
+    ELSE
+        DELETE FROM postbox.inbox
+        WHERE consumer = p_consumer AND message_id = p_message_id
+          AND postbox.inbox_message_key(message_id) = postbox.inbox_message_key(p_message_id);
+    END IF;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    RETURN v_rows;
+END
+$$;
+
 -- The partitioned inbox of sql/024, made from the table p_old (its columns, defaults, comments,
 -- grants): inbox_untimed, inbox_default, the partitions ahead, the BRIN index on received_at.
 CREATE FUNCTION postbox.inbox_partitioned_create(p_old regclass, p_every interval,

@@ -154,6 +154,8 @@ static const grant_t grants[] = {
      "-- the rows of postbox.inbox_legacy and drop it when it is empty\n",
      false},
     {PB_GRANTS_CONSUMER, "EXECUTE", "FUNCTION postbox.inbox_legacy_finish()", NULL, false},
+    {PB_GRANTS_CONSUMER, "EXECUTE", "FUNCTION postbox.inbox_legacy_take(text, text)", NULL,
+     false},
 };
 
 static const char *section_roles(pb_grant_section_t section)

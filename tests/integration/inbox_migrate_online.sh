@@ -4,7 +4,8 @@
 # and UUIDv4 ids without a time; one in ten a dead message with its inbox_dead row, the others
 # handled) is partitioned by `init --partition-by '1 day'` while the relay publishes new events
 # and a consumer started before the migration handles them:
-#   - init renames the inbox postbox.inbox_legacy beside the partitioned inbox; copies of old
+#   - init renames the inbox postbox.inbox_legacy beside the partitioned inbox; rows claimed
+#     before it by commit_inbox_first are marked done or released after it; copies of old
 #     messages published before, during and after the move are duplicates (the handled ones
 #     keep their one effect, the dead ones get none); every new event is handled once, in order
 #     per aggregate
@@ -46,7 +47,10 @@ psql_q "CREATE TABLE old_ids AS
         SELECT 'mig', id, 'old.v1', '\\x7b7d', 'test', 5 FROM old_ids WHERE dead;
         INSERT INTO effects (id) SELECT id FROM old_ids WHERE NOT dead ORDER BY k;
         INSERT INTO postbox.inbox (consumer, message_id, processed_at)
-        SELECT 'other', 'other-' || k, now() FROM generate_series(1, $N_OTHER) k" >/dev/null
+        SELECT 'other', 'other-' || k, now() FROM generate_series(1, $N_OTHER) k;
+        -- commit_inbox_first: rows claimed before the migration, settled after it
+        INSERT INTO postbox.inbox (consumer, message_id, processed_at)
+        VALUES ('mig', 'straddle-done', NULL), ('mig', 'straddle-release', NULL)" >/dev/null
 n_handled=$(psql_q "SELECT count(*) FROM old_ids WHERE NOT dead")
 n_dead=$(psql_q "SELECT count(*) FROM old_ids WHERE dead")
 
@@ -90,6 +94,16 @@ PB_PIDS+=("$HOLDER")
 wait_until "[[ \$(psql_q \"SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
                            WHERE a.application_name = 'pb_it_hold' AND l.relation = 'postbox.inbox_legacy'::regclass\") == 1 ]]" 10 ||
     fail "the holding session did not lock the other consumer's rows"
+# commit_inbox_first's done and a failed handler's release, as the consumer's role, find rows
+# claimed before the migration wherever they are
+settle() {
+    psql -XAtq -v ON_ERROR_STOP=1 -d "$PB_CONSUMER_DSN" -c "SELECT postbox.inbox_row_settle('mig', '$1', $2)"
+}
+[[ $(settle straddle-done true) == 1 && $(settle straddle-release false) == 1 ]] ||
+    fail "commit_inbox_first's done or a release did not find its row during the migration"
+[[ $(psql_q "SELECT string_agg(message_id || ':' || (processed_at IS NOT NULL), ' ') FROM postbox.inbox
+             WHERE message_id LIKE 'straddle-%'") == straddle-done:true ]] ||
+    fail "the settled rows are not as settled: $(psql_q "SELECT * FROM postbox.inbox WHERE message_id LIKE 'straddle-%'")"
 copies 401 1200 # during the move, to the consumer started before the migration
 (($(legacy_rows) == N_OLD + N_OTHER)) || say "(the janitor moved rows already: $(legacy_rows) left)"
 # the copies move their rows at once (the trigger); the janitor looks every 10 s
