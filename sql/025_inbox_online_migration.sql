@@ -161,9 +161,13 @@ BEGIN
     LOCK TABLE postbox.inbox IN ACCESS EXCLUSIVE MODE;
     v_rows := EXISTS (SELECT 1 FROM postbox.inbox);
     ALTER TABLE postbox.inbox RENAME TO inbox_legacy;
-    -- the new inbox's index names are free
-    ALTER TABLE postbox.inbox_legacy RENAME CONSTRAINT inbox_pkey TO inbox_legacy_pkey;
-    ALTER INDEX postbox.inbox_received_at RENAME TO inbox_legacy_received_at;
+    -- the new inbox's index names are free (either may be missing: `postbox check` says so)
+    IF EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = v_old AND conname = 'inbox_pkey') THEN
+        ALTER TABLE postbox.inbox_legacy RENAME CONSTRAINT inbox_pkey TO inbox_legacy_pkey;
+    END IF;
+    IF to_regclass('postbox.inbox_received_at') IS NOT NULL THEN
+        ALTER INDEX postbox.inbox_received_at RENAME TO inbox_legacy_received_at;
+    END IF;
     PERFORM postbox.inbox_partitioned_create(v_old, p_every, p_ahead);
     IF v_rows THEN
         -- the old ids' times before the first partition made ahead
