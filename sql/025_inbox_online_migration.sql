@@ -25,35 +25,12 @@
 -- inbox). Whoever deletes a legacy row inserts it into the new inbox in the same transaction,
 -- so a key is always in one of the two tables for a transaction that waited for the other.
 
--- The trigger: the legacy row of the key being inserted goes to the new inbox first. SECURITY
--- DEFINER: roles granted on the inbox after the migration (init --print-grants) need none on
--- the legacy table.
-CREATE FUNCTION postbox.inbox_take_legacy()
-RETURNS trigger
-LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, postbox, pg_temp
-AS $$
-BEGIN
-    WITH moved AS (
-        DELETE FROM postbox.inbox_legacy
-        WHERE consumer = NEW.consumer AND message_id = NEW.message_id
-        RETURNING consumer, message_id, message_type, received_at, processed_at,
-                  aggregate_type, aggregate_id, aggregate_sequence)
-    INSERT INTO postbox.inbox (consumer, message_id, message_type, received_at, processed_at,
-                               aggregate_type, aggregate_id, aggregate_sequence)
-    SELECT * FROM moved
-    ON CONFLICT DO NOTHING;
-    RETURN NEW;
-END
-$$;
-REVOKE EXECUTE ON FUNCTION postbox.inbox_take_legacy() FROM PUBLIC;
-
--- The statements that find a row by its id (src/store/inbox_sql.c: a failed handler gives its
--- row back; commit_inbox_first marks it done after the handler) on a row claimed before the
--- migration and settled after it: the row may still be in the legacy table, so it is moved
--- first (dynamic SQL: the table goes at the end of the migration). If a janitor's batch holds
--- it, this waits for the batch, and the next statement finds the row in the new inbox.
+-- The move of one key's legacy row into the new inbox, if there is one (the trigger below, and
+-- the statements that find a row by its id, inbox_row_settle). If a janitor's batch holds the
+-- row, this waits for the batch, and the caller's next statement finds the row in the new
+-- inbox. Called whatever the layout: the guard keeps the statement from being planned once the
+-- table is gone. SECURITY DEFINER: roles granted on the inbox after the migration
+-- (init --print-grants) need none on the legacy table.
 CREATE FUNCTION postbox.inbox_legacy_take(p_consumer text, p_message_id text)
 RETURNS void
 LANGUAGE plpgsql
@@ -64,17 +41,34 @@ BEGIN
     IF to_regclass('postbox.inbox_legacy') IS NULL THEN
         RETURN;
     END IF;
-    EXECUTE 'WITH moved AS ('
-            '  DELETE FROM postbox.inbox_legacy WHERE consumer = $1 AND message_id = $2'
-            '  RETURNING consumer, message_id, message_type, received_at, processed_at,'
-            '            aggregate_type, aggregate_id, aggregate_sequence) '
-            'INSERT INTO postbox.inbox (consumer, message_id, message_type, received_at,'
-            '    processed_at, aggregate_type, aggregate_id, aggregate_sequence) '
-            'SELECT * FROM moved ON CONFLICT DO NOTHING'
-        USING p_consumer, p_message_id;
+    WITH moved AS (
+        DELETE FROM postbox.inbox_legacy
+        WHERE consumer = p_consumer AND message_id = p_message_id
+        RETURNING consumer, message_id, message_type, received_at, processed_at,
+                  aggregate_type, aggregate_id, aggregate_sequence)
+    INSERT INTO postbox.inbox (consumer, message_id, message_type, received_at, processed_at,
+                               aggregate_type, aggregate_id, aggregate_sequence)
+    SELECT * FROM moved
+    ON CONFLICT DO NOTHING;
 END
 $$;
 REVOKE EXECUTE ON FUNCTION postbox.inbox_legacy_take(text, text) FROM PUBLIC;
+
+-- The trigger on the new inbox while the migration runs: the legacy row of the key being
+-- inserted goes to the new inbox first. SECURITY DEFINER, as inbox_legacy_take: any role that
+-- may insert into the inbox may run it.
+CREATE FUNCTION postbox.inbox_take_legacy()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+BEGIN
+    PERFORM postbox.inbox_legacy_take(NEW.consumer, NEW.message_id);
+    RETURN NEW;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION postbox.inbox_take_legacy() FROM PUBLIC;
 
 -- The release (p_done false: the row deleted) or the done mark (true: processed_at set) of the
 -- row of one message, wherever the migration left it; how many rows (0 or 1). The comparison
@@ -103,7 +97,8 @@ END
 $$;
 
 -- The partitioned inbox of sql/024, made from the table p_old (its columns, defaults, comments,
--- grants): inbox_untimed, inbox_default, the partitions ahead, the BRIN index on received_at.
+-- grants), with inbox_untimed, inbox_default and its row in partitioned_tables; the caller
+-- makes the partitions ahead and the index.
 CREATE FUNCTION postbox.inbox_partitioned_create(p_old regclass, p_every interval,
                                                  p_ahead integer)
 RETURNS void
