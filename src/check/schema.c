@@ -8,6 +8,7 @@
 #include "check/check_int.h"
 #include "check/judge.h"
 #include "common/str.h"
+#include "store/inbox_legacy.h"
 #include "store/migrate.h"
 #include "store/outbox_sql.h"
 
@@ -230,6 +231,28 @@ static void check_inbox_keys(pb_check_ctx_t *ctx)
     PQclear(res);
 }
 
+/* The online migration of the inbox (sql/025): in progress while postbox.inbox_legacy exists.
+ * Nothing is wrong meanwhile (a copy of an old message is still a duplicate), but only a
+ * consumer's janitor finishes it. */
+static void check_inbox_migration(pb_check_ctx_t *ctx)
+{
+    int64_t rows;
+    pb_error_t err;
+    if (pb_inbox_legacy_rows(ctx->conn, &rows, &err) != PB_OK) {
+        pb_check_add(ctx->r, PB_CHECK_FAIL, "schema.inbox_migration",
+                     "cannot look for an inbox migration: %s", err.msg);
+        return;
+    }
+    if (rows < 0)
+        return;
+    pb_check_finding_t *f = pb_check_add(ctx->r, PB_CHECK_WARN, "schema.inbox_migration",
+                                         "the online migration of postbox.inbox is in progress: "
+                                         "postbox.inbox_legacy holds %lld rows still to move",
+                                         (long long)rows);
+    pb_check_hint(f, "a running `postbox consume` moves them in batches and drops the table "
+                     "when it is empty");
+}
+
 void pb_check_schema(pb_check_ctx_t *ctx)
 {
     bool present;
@@ -248,8 +271,10 @@ void pb_check_schema(pb_check_ctx_t *ctx)
         return; /* indexes of a schema not (yet) at this binary's version are not judged */
     check_indexes(ctx);
     check_partitions(ctx);
-    if (ctx->sides & PB_CHECK_CONSUME)
+    if (ctx->sides & PB_CHECK_CONSUME) {
         check_inbox_keys(ctx);
+        check_inbox_migration(ctx);
+    }
     if (ctx->sides & PB_CHECK_RELAY)
         check_shard_index(ctx);
 }

@@ -591,7 +591,7 @@ static pb_status_t settle_failure(pb_inbox_t *ib, const pb_message_t *m, int sta
          * letter marks it unprocessed */
         const char *rp[2] = {cfg->consume_consumer, m->message_id};
         PGresult *rr = PQexecPrepared(ib->conn, "pb_inbox_release", 2, rp, NULL, NULL, 0);
-        if ((st = pb_pg_check(ib->conn, rr, PGRES_COMMAND_OK, "release inbox row", err)) != PB_OK)
+        if ((st = pb_pg_check(ib->conn, rr, PGRES_TUPLES_OK, "release inbox row", err)) != PB_OK)
             return st;
         PQclear(rr);
     }
@@ -867,7 +867,7 @@ static pb_status_t run_handler_alone(pb_inbox_t *ib, const pb_message_t *m, int 
         return pb_pg_exec(ib->conn, "ROLLBACK", err);
     }
     PQclear(res);
-    if ((st = exec_msg(ib, "pb_inbox_done", 2, m, PGRES_COMMAND_OK, NULL, err)) != PB_OK)
+    if ((st = exec_msg(ib, "pb_inbox_done", 2, m, PGRES_TUPLES_OK, NULL, err)) != PB_OK)
         return st;
     return pb_pg_exec(ib->conn, "COMMIT", err);
 }

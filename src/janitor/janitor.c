@@ -12,6 +12,7 @@
 #include "common/str.h"
 #include "metrics/metrics.h"
 #include "store/pg.h"
+#include "store/inbox_legacy.h"
 #include "store/stats.h"
 
 #define FAC "janitor"
@@ -19,6 +20,14 @@
 /* how often the partitions ahead are made (the partitioned layout, sql/020): the shortest
  * interval is an hour and `ahead` at least one, so this leaves room for many misses */
 #define PARTITIONS_EVERY_MS (5 * 60 * 1000)
+/* The online migration of the inbox (sql/025): how often a consumer's janitor looks for
+ * postbox.inbox_legacy (init may run while it runs), the rows a batch moves (each batch one
+ * short transaction, whose row locks a consumer meeting those keys waits for), and the pause
+ * between batches, which leaves the consumers most of the database */
+#define LEGACY_LOOK_MS 10000
+#define LEGACY_BATCH 1000
+#define LEGACY_PAUSE_MS 20
+#define LEGACY_BUSY_MS 1000
 
 struct pb_janitor {
     pb_janitor_opts_t opts;
@@ -32,6 +41,7 @@ struct pb_janitor {
     size_t job; /* opts.purges[job] is the one purging or next */
     bool warned; /* a connection failure was logged already */
     bool partitions; /* opts.make_partitions, until a look found the default layout */
+    pb_inbox_legacy_t legacy; /* opts.move_inbox_legacy: the mover's position */
 };
 
 /* Waits until the monotonic deadline or stop; returns false on stop. */
@@ -62,6 +72,7 @@ static void drop_conn(pb_janitor_t *jan)
     PQfinish(jan->conn);
     jan->conn = NULL;
     jan->purging = false;
+    pb_inbox_legacy_reset(&jan->legacy);
 }
 
 static bool ensure_conn(pb_janitor_t *jan)
@@ -137,6 +148,39 @@ static void make_partitions(pb_janitor_t *jan)
     if (atoi(PQgetvalue(res, 0, 0)) > 0)
         log_info(FAC, "made %s partitions ahead", PQgetvalue(res, 0, 0));
     PQclear(res);
+}
+
+/* The online migration of the inbox: one batch of postbox.inbox_legacy's rows moved into the
+ * partitioned inbox, or its end. Returns when to come back. */
+static int64_t move_inbox_legacy(pb_janitor_t *jan, int64_t now)
+{
+    pb_inbox_legacy_outcome_t out;
+    pb_error_t err;
+    bool was_active = jan->legacy.active;
+    if (pb_inbox_legacy_step(jan->conn, &jan->legacy, LEGACY_BATCH, &out, &err) != PB_OK) {
+        log_warn(FAC, "%s (the inbox migration goes on at the next try)", err.msg);
+        if (PQstatus(jan->conn) != CONNECTION_OK)
+            drop_conn(jan);
+        return now + RECONNECT_MS;
+    }
+    if (jan->legacy.active && !was_active) {
+        log_info(FAC, "postbox.inbox_legacy holds rows: moving them into the partitioned inbox "
+                      "(%d a batch)", LEGACY_BATCH);
+        jan->partitions = true; /* init ran after the start: the layout is partitioned now */
+    }
+    switch (out) {
+    case PB_LEGACY_MOVED:
+        return now + LEGACY_PAUSE_MS;
+    case PB_LEGACY_WAITING:
+        return now + LEGACY_BUSY_MS;
+    case PB_LEGACY_FINISHED:
+        log_info(FAC, "the inbox migration is over: postbox.inbox_legacy is empty and dropped "
+                      "(%llu rows moved by this consumer)", (unsigned long long)jan->legacy.moved);
+        jan->legacy.moved = 0;
+        return now + LEGACY_LOOK_MS;
+    default:
+        return now + LEGACY_LOOK_MS;
+    }
 }
 
 static bool purge_wanted(const pb_janitor_purge_t *j)
@@ -218,11 +262,12 @@ static void *janitor_main(void *arg)
     pb_janitor_t *jan = arg;
     const pb_janitor_opts_t *o = &jan->opts;
     int64_t next_sample = pb_monotonic_ms(), next_purge = pb_monotonic_ms();
-    int64_t next_partitions = pb_monotonic_ms();
+    int64_t next_partitions = pb_monotonic_ms(), next_legacy = pb_monotonic_ms();
     for (;;) {
         int64_t now = pb_monotonic_ms();
         int64_t deadline = now + 60000;
-        if (o->sample_interval_ms <= 0 && !any_purge(o) && !jan->partitions) {
+        if (o->sample_interval_ms <= 0 && !any_purge(o) && !jan->partitions &&
+            !o->move_inbox_legacy) {
             deadline = now + 3600 * 1000; /* idle until stopped */
         } else if (!ensure_conn(jan)) {
             deadline = now + RECONNECT_MS;
@@ -230,9 +275,12 @@ static void *janitor_main(void *arg)
             if (jan->partitions && now >= next_partitions) {
                 make_partitions(jan);
                 next_partitions = now + PARTITIONS_EVERY_MS;
-                if (!jan->partitions && o->sample_interval_ms <= 0 && !any_purge(o))
+                if (!jan->partitions && o->sample_interval_ms <= 0 && !any_purge(o) &&
+                    !o->move_inbox_legacy)
                     drop_conn(jan); /* nothing else to do: no connection held */
             }
+            if (jan->conn && o->move_inbox_legacy && now >= next_legacy)
+                next_legacy = move_inbox_legacy(jan, now);
             if (jan->conn && o->sample_interval_ms > 0 && now >= next_sample) {
                 sample(jan);
                 next_sample = now + o->sample_interval_ms;
@@ -243,6 +291,8 @@ static void *janitor_main(void *arg)
                 deadline = next_sample;
             if (jan->partitions && next_partitions < deadline)
                 deadline = next_partitions;
+            if (o->move_inbox_legacy && next_legacy < deadline)
+                deadline = next_legacy;
             if (purges) {
                 /* not ready yet: look again soon; purging: next batch at once */
                 int64_t p = busy ? now : (next_purge > now ? next_purge : now + 1000);
@@ -260,7 +310,8 @@ static void *janitor_main(void *arg)
 pb_status_t pb_janitor_start(const pb_janitor_opts_t *opts, pb_janitor_t **out, pb_error_t *err)
 {
     *out = NULL;
-    if (opts->sample_interval_ms <= 0 && !any_purge(opts) && !opts->make_partitions)
+    if (opts->sample_interval_ms <= 0 && !any_purge(opts) && !opts->make_partitions &&
+        !opts->move_inbox_legacy)
         return PB_OK;
     pb_janitor_t *jan = pb_malloc(sizeof *jan);
     memset(jan, 0, sizeof *jan);

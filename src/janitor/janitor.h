@@ -1,7 +1,8 @@
 /* The janitor: one background thread with its own PostgreSQL connection that, for the relay or
  * the consumer, samples the outbox for the metrics (backlog, oldest pending age, dead letters:
  * store/stats.h) and runs the periodic retention purge (store/purge.h) one batch at a time,
- * interleaved with the samples; on the partitioned layout it makes the partitions ahead.
+ * interleaved with the samples; on the partitioned layout it makes the partitions ahead, and a
+ * consumer's janitor moves the rows of an inbox migrated online (store/inbox_legacy.h).
  *
  * It never touches the owner's connections or state; it purges only while the process is ready
  * (pb_metrics_ready: connected and owning its work), so a standby relay leaves the purge to the
@@ -33,6 +34,9 @@ typedef struct pb_janitor_opts {
     const char *consumer;       /* inbox purges: only this consumer's rows (borrowed) */
     bool make_partitions;       /* the partitioned layout's partitions ahead (sql/020): looked
                                  * for at start; on the default layout this alone keeps no
+                                 * connection open */
+    bool move_inbox_legacy;     /* the consumer's: looks for an online migration of the inbox
+                                 * (sql/025) every few seconds and moves its rows; keeps a
                                  * connection open */
 } pb_janitor_opts_t;
 

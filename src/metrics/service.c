@@ -62,6 +62,7 @@ pb_status_t pb_ops_start(const pb_config_t *cfg, const char *component, pb_ops_t
         .purge_interval_ms = relay ? cfg->relay_purge_interval : cfg->consume_purge_interval,
         .consumer = relay ? NULL : cfg->consume_consumer,
         .make_partitions = true,
+        .move_inbox_legacy = !relay,
     };
     if (st == PB_OK)
         st = pb_janitor_start(&jo, &ops->janitor, err);

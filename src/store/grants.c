@@ -149,6 +149,13 @@ static const grant_t grants[] = {
      NULL, false},
     {PB_GRANTS_CONSUMER, "EXECUTE",
      "FUNCTION postbox.inbox_purge_unpartitioned(timestamptz, integer, text)", NULL, false},
+    {PB_GRANTS_CONSUMER, "EXECUTE", "FUNCTION postbox.inbox_legacy_move(integer, text, text)",
+     "-- the online migration of an inbox holding rows (sql/025): the consumers' janitors move\n"
+     "-- the rows of postbox.inbox_legacy and drop it when it is empty\n",
+     false},
+    {PB_GRANTS_CONSUMER, "EXECUTE", "FUNCTION postbox.inbox_legacy_finish()", NULL, false},
+    {PB_GRANTS_CONSUMER, "EXECUTE", "FUNCTION postbox.inbox_legacy_take(text, text)", NULL,
+     false},
 };
 
 static const char *section_roles(pb_grant_section_t section)

@@ -21,16 +21,16 @@ static const char inbox_claim_all_sql[] =
     "SELECT $1, u.id, u.type, u.at, u.ai, u.seq, now() "
     "FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[]) "
     "    AS u(id, type, at, ai, seq)";
-/* The statements that find one row by its id also name its partition key (sql/026): on the
- * partitioned inbox only the message's partition is probed; on the single table it is a filter
- * that always holds. (A list of ids, below, is looked up in every partition: PostgreSQL prunes
- * none for a list computed at run time; those releases are rare.) */
-#define INBOX_KEY_OF(ids) "postbox.inbox_message_key(message_id) = " ids
+/* The statements that find one row by its id go through postbox.inbox_row_settle (sql/025):
+ * it names the row's partition key, so that on the partitioned inbox only the message's
+ * partition is probed (on the single table that comparison always holds), and during the
+ * online migration of the inbox it first moves the row out of postbox.inbox_legacy, where a row
+ * claimed before the migration may still be. (A list of ids, below, is looked up in every
+ * partition: PostgreSQL prunes none for a list computed at run time; those releases are rare,
+ * and their rows were claimed in the same transaction, so never in the legacy table.) */
 /* A failed handler gives its message's row back, so that the retry is not taken for a
  * duplicate. */
-static const char inbox_release_sql[] =
-    "DELETE FROM postbox.inbox WHERE consumer = $1 AND message_id = $2 "
-    "    AND " INBOX_KEY_OF("postbox.inbox_message_key($2)");
+static const char inbox_release_sql[] = "SELECT postbox.inbox_row_settle($1, $2, false)";
 static const char inbox_fail_sql[] =
     "INSERT INTO postbox.inbox_failures AS f (consumer, message_id, attempts, last_error) "
     "VALUES ($1, $2, 1, $3) ON CONFLICT (consumer, message_id) DO UPDATE "
@@ -51,9 +51,7 @@ static const char inbox_dead_sql[] =
 static const char inbox_claim_sql[] =
     "INSERT INTO postbox.inbox (consumer, message_id, message_type, processed_at) "
     "VALUES ($1, $2, $3, NULL) ON CONFLICT DO NOTHING RETURNING 1";
-static const char inbox_done_sql[] =
-    "UPDATE postbox.inbox SET processed_at = now() WHERE consumer = $1 AND message_id = $2 "
-    "    AND " INBOX_KEY_OF("postbox.inbox_message_key($2)");
+static const char inbox_done_sql[] = "SELECT postbox.inbox_row_settle($1, $2, true)";
 /* The rows of messages held back behind a failure, claimed with the batch. */
 static const char inbox_release_many_sql[] =
     "DELETE FROM postbox.inbox WHERE consumer = $1 AND message_id = ANY($2::text[])";

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The partitioned inbox (README, "Partitioned storage"; sql/024_inbox_partitions.sql):
-#   1. `init --partition-by` leaves an inbox holding rows one table, with a warning naming why;
-#      once it is empty, init partitions it: inbox_untimed, inbox_default, today and 3 days
-#      ahead, each partition with its key (consumer, message_id)
+#   1. `init --partition-by` partitions an inbox holding rows online, its rows in
+#      postbox.inbox_legacy until moved (it_inbox_migrate_online tests that at length):
+#      inbox_untimed, inbox_default, today and 3 days ahead, each partition with its key
+#      (consumer, message_id)
 #   2. a day boundary: messages whose UUIDv7 ids fall 10 and 9 days back (backdated
 #      partitions) are handled once; copies redelivered after their rows' receipt day are
 #      duplicates (the id, not the receipt, picks the partition); ids without a time (an order
@@ -44,16 +45,20 @@ drain() {
         { tail -n 20 "$CONSUMER_LOG" >&2; fail "consume --drain failed"; }
 }
 
-say "1. init --partition-by: refused for an inbox holding rows, done once it is empty"
+say "1. init --partition-by: an inbox holding rows is migrated online (it_inbox_migrate_online)"
 "$POSTBOX_BIN" init >/dev/null 2>&1 || fail "postbox init failed"
 psql_q "INSERT INTO postbox.inbox (consumer, message_id, processed_at) VALUES ('x', 'early', now())" >/dev/null
 out=$("$POSTBOX_BIN" init --partition-by '1 day' 2>&1) || fail "init --partition-by failed: $out"
-[[ $(kind inbox) == r ]] || fail "an inbox holding rows was partitioned"
-[[ $out == *"postbox.inbox holds rows: it stays one table"* ]] || fail "no warning says why the inbox stays one table: $out"
-[[ $(kind outbox_published) == p ]] || fail "the other tables were not partitioned"
-psql_q "DELETE FROM postbox.inbox" >/dev/null
-out=$("$POSTBOX_BIN" init --partition-by '1 day' 2>&1) || fail "init --partition-by on the empty inbox failed: $out"
 [[ $(kind inbox) == p ]] || fail "postbox.inbox is not partitioned: $out"
+[[ $out == *"postbox.inbox holds rows: it is postbox.inbox_legacy now"* ]] || fail "no warning says the inbox migrates: $out"
+[[ $(kind outbox_published) == p ]] || fail "the other tables were not partitioned"
+[[ $(psql_q "SELECT moved FROM postbox.inbox_legacy_move(10, NULL, NULL)") == 1 ]] || fail "the legacy row was not moved"
+[[ $(psql_q "SELECT postbox.inbox_legacy_finish()") == t ]] || fail "the emptied legacy table was not dropped"
+[[ $(psql_q "SELECT to_regclass('postbox.inbox_legacy') IS NULL AND to_regclass('postbox.inbox_migrated') IS NULL") == t ]] ||
+    fail "the legacy table or the empty inbox_migrated is left"
+[[ $(psql_q "SELECT tableoid::regclass FROM postbox.inbox WHERE message_id = 'early'") == postbox.inbox_untimed ]] ||
+    fail "the legacy row is not in inbox_untimed"
+psql_q "DELETE FROM postbox.inbox" >/dev/null
 n=$(psql_q "SELECT count(*) FROM postbox.partitions_of('inbox') WHERE lower_bound >= postbox.partition_lower('1 day', now())")
 ((n == 4)) || fail "postbox.inbox has $n partitions from today on, expected 4"
 [[ $(kind inbox_untimed) == r && $(kind inbox_default) == r ]] || fail "inbox_untimed or inbox_default missing"
