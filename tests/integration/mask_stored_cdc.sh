@@ -112,6 +112,7 @@ wait_until '[[ $(psql_q "SELECT count(*) FROM postbox.cdc_deferred") == 0 && $(p
 wait_until '[[ $(published o-6) != "" ]]' 10 || fail "o-6 (emitted, delayed) was not published"
 cdc_wait_caught_up
 stop_relay
+((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC"
 
 # what the broker got: masked once, as stored
 for id in o-1 o-4 o-5 o-6 o-9; do
@@ -152,6 +153,7 @@ wait_until '[[ $(psql_q "SELECT count(*) FROM postbox.dead_letters WHERE aggrega
     fail "p-4 (unroutable) was not dead-lettered: $(tail -n 3 "$PB_RELAY_LOG")"
 drain_queue "$PB_TMP/got" 2 1500 30
 stop_relay
+((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC"
 for id in p-1 p-3; do
     body=$(awk -F'\t' -v id="$id" '$5 == id {print $6}' "$PB_TMP/got" | jq -cS .)
     [[ $body == "$MASKED_CREATED" ]] || fail "RabbitMQ got $id as $body"
