@@ -429,25 +429,20 @@ pb_status_t pb_outbox_read_settle(pb_outbox_t *ob, pb_error_t *err)
 }
 
 /* Returns the rows moved now and those moved before (replayed after a restart); only rows this
- * session cannot see yet are missing. */
-static const char mark_relayed_sql[] =
-    "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_RANGES("o"))
-    "SELECT id FROM kept UNION ALL "
-    "SELECT p.id FROM postbox.outbox_published p WHERE " PB_OUTBOX_IDS_IN_RANGES("p");
-static const char mark_relayed_sparse_sql[] =
-    "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_ARRAY("o"))
-    "SELECT id FROM kept UNION ALL "
-    "SELECT p.id FROM postbox.outbox_published p WHERE " PB_OUTBOX_IDS_IN_ARRAY("p");
-/* relay.mask_stored: the same, with the masked texts of rows published masked */
+ * session cannot see yet are missing. moves: the CTEs moving the rows that ids(alias) names. */
+#define MARK_RELAYED_SQL(moves, ids)                                                            \
+    "WITH " moves "SELECT id FROM kept UNION ALL "                                              \
+    "SELECT p.id FROM postbox.outbox_published p WHERE " ids("p")
+/* relay.mask_stored: the moves with the masked texts of rows published masked */
 #define MASKED_MOVE(ids) PB_OUTBOX_MOVE_PUBLISHED_MASKED_CTES(ids, "$2", "$3", "$4")
+static const char mark_relayed_sql[] = MARK_RELAYED_SQL(
+    PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_RANGES("o")), PB_OUTBOX_IDS_IN_RANGES);
+static const char mark_relayed_sparse_sql[] = MARK_RELAYED_SQL(
+    PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_ARRAY("o")), PB_OUTBOX_IDS_IN_ARRAY);
 static const char mark_relayed_masked_sql[] =
-    "WITH " MASKED_MOVE(PB_OUTBOX_IDS_IN_RANGES("o"))
-    "SELECT id FROM kept UNION ALL "
-    "SELECT p.id FROM postbox.outbox_published p WHERE " PB_OUTBOX_IDS_IN_RANGES("p");
+    MARK_RELAYED_SQL(MASKED_MOVE(PB_OUTBOX_IDS_IN_RANGES("o")), PB_OUTBOX_IDS_IN_RANGES);
 static const char mark_relayed_masked_sparse_sql[] =
-    "WITH " MASKED_MOVE(PB_OUTBOX_IDS_IN_ARRAY("o"))
-    "SELECT id FROM kept UNION ALL "
-    "SELECT p.id FROM postbox.outbox_published p WHERE " PB_OUTBOX_IDS_IN_ARRAY("p");
+    MARK_RELAYED_SQL(MASKED_MOVE(PB_OUTBOX_IDS_IN_ARRAY("o")), PB_OUTBOX_IDS_IN_ARRAY);
 
 pb_status_t pb_outbox_send_mark_relayed(PGconn *conn, int64_t *ids, size_t n, pb_buf_t *literal,
                                         const pb_masked_texts_t *masked, pb_error_t *err)
