@@ -32,6 +32,9 @@ typedef struct pb_event {
                                  * pb_sink_release */
     bool store_masked;          /* payload and headers are [mask]'s copies, to be stored so in
                                  * the history and dead letters (relay.mask_stored) */
+    bool masked;                /* payload and headers were masked before they were stored
+                                 * (a cdc event set aside masked, relay.mask_stored): published
+                                 * and stored as they are, never masked again */
     unsigned flat_headers;      /* > 0: headers is an object of that many members, every one a
                                  * string without escapes, which the sinks read in place
                                  * (pb_header_next), with no parse tree; set by pb_sink_prepare */

@@ -506,9 +506,14 @@ pb_status_t pb_config_validate(const pb_config_t *cfg, pb_error_t *err)
                                           "cdc.max_slot_lag_age (0 means no limit, so never a "
                                           "fallback)");
     }
-    if (cfg->relay_mask_stored && strcmp(cfg->relay_capture, "poll") != 0)
-        return pb_fail(err, PB_FATAL, "relay.mask_stored works with relay.capture = poll only (the "
-                                      "cdc capture stores what the producer wrote)");
+    /* the cdc relay stores masked what it moves; rows it never moves would keep what the
+     * producer wrote */
+    if (cfg->relay_mask_stored && strcmp(cfg->relay_capture, "cdc") == 0 &&
+        !cfg->cdc_mark_published && !cfg->cdc_delete_after_insert)
+        return pb_fail(err, PB_FATAL, "relay.mask_stored with relay.capture = cdc needs "
+                                      "cdc.mark_published or cdc.delete_after_insert: without "
+                                      "either the relayed outbox rows stay as the producer wrote "
+                                      "them");
     return pb_mask_check_config(cfg, err);
 }
 

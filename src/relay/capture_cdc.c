@@ -31,7 +31,15 @@
  * its last event carries its end LSN. Re-reading the rows from postbox.outbox at the commit
  * instead would cost no disk, but works only for marked rows: events of postbox.emit and rows
  * of cdc.delete_after_insert exist only in the WAL. A crash loses the spill files (unlinked)
- * and nothing else: the slot has not passed the transaction, so the server streams it again. */
+ * and nothing else: the slot has not passed the transaction, so the server streams it again.
+ *
+ * relay.mask_stored: what the capture stores of an event is what the driver hands to settle,
+ * the masked payload and headers (driver.c, mask_for_storage): dead letters are written from
+ * them, events set aside go to the table masked (its column masked: published as they are), and
+ * the marks carry them, so that a relayed row moves to the history with the texts it was
+ * published with instead of the producer's. A row leaves the outbox only with its mark or its
+ * dead letter: until then (relayed, mark not yet run; set aside, not due) it holds what the
+ * producer wrote, as a pending row does in the poll capture. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +89,9 @@
 typedef struct mark {
     int64_t id;
     int64_t first_missed_ms; /* when a mark first did not find it (0: not yet) */
+    /* relay.mask_stored: the texts it was published with, stored in the history instead of the
+     * row's (owned; payload NULL when it was not masked) */
+    char *payload, *headers;
 } mark_t;
 
 #define MARK_GIVE_UP_MS 5000
@@ -135,6 +146,7 @@ typedef struct cdc_capture {
     mark_t *marks; /* the first n_sent: in the mark in flight; then the ones still to send */
     size_t n_marks, n_sent, cap_marks;
     int64_t *mark_ids; /* room for cap_marks ids */
+    pb_masked_texts_t mark_texts; /* the masked texts of the mark being sent */
     /* dead letters of a batch, for one statement */
     const pb_event_t **dead_events;
     int *dead_attempts;
@@ -579,14 +591,28 @@ static void read_ahead(cdc_capture_t *r)
     r->b = cur;
 }
 
-static void add_mark(cdc_capture_t *r, int64_t id)
+/* Queues the outbox row of ev to be marked, with the texts it was published with when they
+ * are to be stored masked. */
+static void add_mark(cdc_capture_t *r, const pb_event_t *ev)
 {
     if (r->n_marks == r->cap_marks) {
         r->cap_marks = r->cap_marks ? r->cap_marks * 2 : 1024;
         r->marks = pb_realloc(r->marks, r->cap_marks * sizeof *r->marks);
         r->mark_ids = pb_realloc(r->mark_ids, r->cap_marks * sizeof *r->mark_ids);
     }
-    r->marks[r->n_marks++] = (mark_t){id, 0};
+    mark_t m = {.id = ev->id};
+    if (ev->store_masked) {
+        m.payload = pb_strdup(ev->payload);
+        m.headers = ev->headers ? pb_strdup(ev->headers) : NULL;
+    }
+    r->marks[r->n_marks++] = m;
+}
+
+static void free_mark(mark_t *m)
+{
+    free(m->payload);
+    free(m->headers);
+    m->payload = m->headers = NULL;
 }
 
 static int compare_ids(const void *a, const void *b)
@@ -625,14 +651,17 @@ static pb_status_t finish_mark(cdc_capture_t *r, bool wait, pb_error_t *err)
     for (size_t i = 0; i < r->n_marks; i++) {
         mark_t m = r->marks[i];
         if (i < r->n_sent) {
-            if (bsearch(&m.id, found, n_found, sizeof *found, compare_ids))
+            if (bsearch(&m.id, found, n_found, sizeof *found, compare_ids)) {
+                free_mark(&m);
                 continue;
+            }
             if (m.first_missed_ms == 0)
                 m.first_missed_ms = now;
             else if (now - m.first_missed_ms >= MARK_GIVE_UP_MS) {
                 n_lost++;
                 lost_lo = m.id < lost_lo ? m.id : lost_lo;
                 lost_hi = m.id > lost_hi ? m.id : lost_hi;
+                free_mark(&m);
                 continue;
             }
         }
@@ -656,7 +685,7 @@ static void queue_marks(cdc_capture_t *r, const pb_result_t *results)
     if (r->base.cfg->cdc_mark_published && !r->base.cfg->cdc_delete_after_insert)
         for (size_t i = 0; i < r->b->n; i++)
             if (r->b->events[i].id > 0 && results[i].outcome == PB_OUT_PUBLISHED)
-                add_mark(r, r->b->events[i].id);
+                add_mark(r, &r->b->events[i]);
 }
 
 /* Sends every queued row in one mark unless one is in flight (then lsn waits with them), or,
@@ -673,9 +702,16 @@ static pb_status_t send_mark(cdc_capture_t *r, uint64_t lsn, pb_error_t *err)
     r->queued_lsn = 0;
     if (r->n_marks == 0)
         return confirm(r, lsn, false, err);
-    for (size_t i = 0; i < r->n_marks; i++)
-        r->mark_ids[i] = r->marks[i].id;
-    pb_status_t st = pb_outbox_send_mark_relayed(r->conn, r->mark_ids, r->n_marks, &r->ids, err);
+    pb_masked_texts_reset(&r->mark_texts);
+    for (size_t i = 0; i < r->n_marks; i++) {
+        const mark_t *m = &r->marks[i];
+        r->mark_ids[i] = m->id;
+        if (m->payload)
+            pb_masked_texts_add(&r->mark_texts, m->id, m->payload, m->headers);
+    }
+    pb_masked_texts_end(&r->mark_texts);
+    pb_status_t st = pb_outbox_send_mark_relayed(r->conn, r->mark_ids, r->n_marks, &r->ids,
+                                                 &r->mark_texts, err);
     if (st != PB_OK)
         return st;
     r->mark_in_flight = true;
@@ -772,7 +808,7 @@ static const char deferred_claim_sql[] =
     "SELECT id, outbox_id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "
     "       destination, created_at_us, sequence, "
     "       (extract(epoch FROM available_at) * 1000000)::bigint, "
-    "       (extract(epoch FROM expires_at) * 1000000)::bigint "
+    "       (extract(epoch FROM expires_at) * 1000000)::bigint, masked "
     "FROM postbox.cdc_deferred "
     "WHERE slot = $1 AND due_at <= now() "
     "  AND commit_lsn < (SELECT confirmed_flush_lsn FROM pg_replication_slots "
@@ -792,14 +828,16 @@ static const char deferred_behind_sql[] =
  * rows, so the claim's (due_at, id) order is the aggregate's order. An event met again after a
  * restart (the stream replays what was not confirmed) is there already. Its outbox row, when
  * there is one, waits too (for postbox status and the metrics: the event is not due). Returns
- * in how many ms the first of them is due. */
+ * in how many ms the first of them is due. With relay.mask_stored the payload and headers are
+ * the masked ones (masked: published as they are); the parked outbox row keeps the producer's
+ * texts while it is pending, as in the poll capture, and is stored masked once published. */
 static const char deferred_insert_sql[] =
     "WITH f AS (SELECT * FROM unnest($2::uuid[], $3::bigint[], $4::text[], $5::text[], "
     "               $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[], "
-    "               $12::bigint[], $13::bigint[], $14::pg_lsn[]) WITH ORDINALITY "
+    "               $12::bigint[], $13::bigint[], $14::pg_lsn[], $15::bool[]) WITH ORDINALITY "
     "           AS f(event_id, outbox_id, aggregate_type, aggregate_id, event_type, payload, "
     "                headers, destination, created_us, sequence, available_us, expires_us, "
-    "                commit_lsn, ord)), "
+    "                commit_lsn, masked, ord)), "
     "g AS (SELECT f.*, 'epoch'::timestamptz + f.available_us * interval '1 microsecond' AS available_at, "
     "             'epoch'::timestamptz + f.expires_us * interval '1 microsecond' AS expires_at "
     "      FROM f), "
@@ -812,10 +850,10 @@ static const char deferred_insert_sql[] =
     "      FROM g), "
     "ins AS (INSERT INTO postbox.cdc_deferred (slot, event_id, outbox_id, aggregate_type, "
     "            aggregate_id, event_type, payload, headers, destination, created_at_us, "
-    "            sequence, available_at, expires_at, due_at, commit_lsn) "
+    "            sequence, available_at, expires_at, due_at, commit_lsn, masked) "
     "        SELECT $1, event_id, nullif(outbox_id, 0), aggregate_type, aggregate_id, "
     "               event_type, payload, headers, destination, created_us, "
-    "               nullif(sequence, 0), available_at, expires_at, due_at, commit_lsn "
+    "               nullif(sequence, 0), available_at, expires_at, due_at, commit_lsn, masked "
     "        FROM h ORDER BY ord ON CONFLICT (slot, event_id) DO NOTHING RETURNING 1), "
     "park AS (UPDATE postbox.outbox o SET waiting = true, next_attempt_at = h.due_at FROM h "
     "         WHERE h.outbox_id > 0 AND o.id = h.outbox_id RETURNING 1) "
@@ -825,11 +863,16 @@ static const char deferred_insert_sql[] =
 /* The rows of a batch from the table are done ($3: published or dead-lettered): they leave it,
  * and the outbox rows of the published ones ($1, as pb_outbox_ids_literal wrote them: always an
  * array here) move to the history. $2: the slot. */
+#define DEFERRED_DONE_TAIL                                                                      \
+    ", done AS (DELETE FROM postbox.cdc_deferred d WHERE d.slot = $2 "                          \
+    "           AND d.id = ANY($3::bigint[]) RETURNING 1) "                                     \
+    "SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM kept)"
 static const char deferred_done_sql[] =
-    "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_ARRAY("o"))
-    ", done AS (DELETE FROM postbox.cdc_deferred d WHERE d.slot = $2 "
-    "           AND d.id = ANY($3::bigint[]) RETURNING 1) "
-    "SELECT (SELECT count(*) FROM done), (SELECT count(*) FROM kept)";
+    "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_ARRAY("o")) DEFERRED_DONE_TAIL;
+/* relay.mask_stored: the same, the rows that $4..$6 name stored with the masked texts */
+static const char deferred_done_masked_sql[] =
+    "WITH " PB_OUTBOX_MOVE_PUBLISHED_MASKED_CTES(PB_OUTBOX_IDS_IN_ARRAY("o"), "$4", "$5", "$6")
+    DEFERRED_DONE_TAIL;
 
 /* ms from now -> the monotonic time it is due at */
 static int64_t due_in(double ms)
@@ -888,6 +931,7 @@ static pb_status_t claim_deferred(cdc_capture_t *r, pb_error_t *err)
         ev->sequence = PQgetisnull(res, k, 10) ? 0 : strtoll(PQgetvalue(res, k, 10), NULL, 10);
         ev->available_at_us = PQgetisnull(res, k, 11) ? 0 : strtoll(PQgetvalue(res, k, 11), NULL, 10);
         ev->expires_at_us = PQgetisnull(res, k, 12) ? 0 : strtoll(PQgetvalue(res, k, 12), NULL, 10);
+        ev->masked = PQgetvalue(res, k, 13)[0] == 't';
         pb_event_fix_times(ev);
     }
     r->dres = res;
@@ -956,7 +1000,7 @@ static void put_text_or_null(pb_buf_t *a, size_t i, const char *v)
  * confirmed. */
 static pb_status_t write_deferred(cdc_capture_t *r, const pb_result_t *results, pb_error_t *err)
 {
-    enum { N_COLS = 13 };
+    enum { N_COLS = 14 };
     pb_buf_t cols[N_COLS] = {{0}};
     size_t n = 0;
     for (size_t i = 0; i < r->b->n; i++) {
@@ -978,6 +1022,8 @@ static pb_status_t write_deferred(cdc_capture_t *r, const pb_result_t *results, 
         put_int_or_null(&cols[10], n, ev->available_at_us);
         put_int_or_null(&cols[11], n, ev->expires_at_us);
         put_text_or_null(&cols[12], n, lsn);
+        /* relay.mask_stored: the driver masked it (precheck), as it will be published */
+        pb_buf_printf(&cols[13], "%s%s", n ? "," : "{", ev->store_masked ? "t" : "f");
         n++;
     }
     const char *params[N_COLS + 1] = {r->base.cfg->cdc_slot};
@@ -1013,6 +1059,8 @@ static pb_status_t settle_deferred(cdc_capture_t *r, const pb_result_t *results,
     pb_buf_t done = {0}, marked = {0};
     pb_buf_putc(&done, '{');
     pb_buf_putc(&marked, '{');
+    pb_masked_texts_t masked = {0}; /* relay.mask_stored: what the marked rows were published as */
+    pb_masked_texts_reset(&masked);
     for (size_t i = 0; i < r->dn; i++) {
         const pb_event_t *ev = &r->devents[i];
         if (plans[i].dead) {
@@ -1024,18 +1072,25 @@ static pb_status_t settle_deferred(cdc_capture_t *r, const pb_result_t *results,
             continue; /* not decided: stays set aside (retries_in_place makes this not happen) */
         } else if (mark && ev->id > 0) {
             pb_buf_printf(&marked, "%s%lld", n_marked++ ? "," : "", (long long)ev->id);
+            if (ev->store_masked)
+                pb_masked_texts_add(&masked, ev->id, ev->payload, ev->headers);
         }
         pb_buf_printf(&done, "%s%lld", n_done++ ? "," : "", (long long)r->dids[i]);
     }
     pb_buf_putc(&done, '}');
     pb_buf_putc(&marked, '}');
-    const char *params[3] = {marked.data, cfg->cdc_slot, done.data};
+    pb_masked_texts_end(&masked);
+    const char *params[6] = {marked.data, cfg->cdc_slot, done.data,
+                             masked.ids.data, masked.payloads.data, masked.headers.data};
     pb_status_t st = pb_pg_exec(r->dconn, "BEGIN", err);
     if (st == PB_OK && n_dead)
         st = pb_dead_letter_events(r->dconn, r->dead_events, r->dead_attempts, r->dead_reasons,
                                    n_dead, err);
     if (st == PB_OK) {
-        PGresult *res = PQexecParams(r->dconn, deferred_done_sql, 3, NULL, params, NULL, NULL, 0);
+        PGresult *res = masked.count ? PQexecParams(r->dconn, deferred_done_masked_sql, 6, NULL,
+                                                    params, NULL, NULL, 0)
+                                     : PQexecParams(r->dconn, deferred_done_sql, 3, NULL, params,
+                                                    NULL, NULL, 0);
         st = pb_pg_check(r->dconn, res, PGRES_TUPLES_OK, "settle the events set aside", err);
         if (st == PB_OK)
             PQclear(res);
@@ -1044,6 +1099,7 @@ static pb_status_t settle_deferred(cdc_capture_t *r, const pb_result_t *results,
         st = pb_pg_exec(r->dconn, "COMMIT", err);
     pb_buf_free(&done);
     pb_buf_free(&marked);
+    pb_masked_texts_free(&masked);
     if (st != PB_OK) {
         if (PQstatus(r->dconn) == CONNECTION_OK)
             PQclear(PQexec(r->dconn, "ROLLBACK")); /* nothing of the batch is written */
@@ -1318,8 +1374,11 @@ static void cdc_free(pb_capture_t *cap)
         free(r->bufs[i].items);
         free(r->bufs[i].events);
     }
+    for (size_t i = 0; i < r->n_marks; i++)
+        free_mark(&r->marks[i]);
     free(r->marks);
     free(r->mark_ids);
+    pb_masked_texts_free(&r->mark_texts);
     free(r->dead_events);
     free(r->dead_attempts);
     free(r->dead_reasons);

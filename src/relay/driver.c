@@ -229,6 +229,10 @@ static void precheck(driver_t *d, const pb_capture_batch_t *b)
         if (not_due(b, i, now_us, d->deferred, n_deferred)) {
             r->outcome = PB_OUT_DEFERRED;
             d->deferred[n_deferred++] = i;
+            /* relay.mask_stored: set aside masked, as it will be published; one that cannot be
+             * masked is dead-lettered now (REJECT), never set aside with the producer's texts */
+            if (d->cfg->relay_mask_stored)
+                (void)pb_mask_event(d->mask, &b->events[i], &d->masked[i], r);
             continue;
         }
         if (b->behind_unsettled && pb_holdback_blocks(&d->hold, ev))
@@ -515,16 +519,21 @@ static void restore_masks(driver_t *d, pb_capture_batch_t *b)
 }
 
 /* relay.mask_stored: each event the settle stores is stored masked as it was published, or as it
- * would have been (a dead letter never sent, such as an expired event, is masked now). One that
- * rules apply to but that cannot be masked is stored with a null payload and no headers, never
- * with the producer's texts (fail closed; its reason says why). The texts stay in place until
- * the capture has copied them (restore_masks). */
+ * would have been (a dead letter never sent, such as an expired event, is masked now; an event
+ * deferred was masked by precheck). One that rules apply to but that cannot be masked is stored
+ * with a null payload and no headers, never with the producer's texts (fail closed; its reason
+ * says why). An event masked before it was set aside is stored as it is. The texts stay in place
+ * until the capture has copied them (restore_masks). */
 static void mask_for_storage(driver_t *d, pb_capture_batch_t *b)
 {
     for (size_t i = 0; i < b->n; i++) {
         pb_event_t *ev = &b->events[i];
         pb_masked_t *keep = &d->masked[i];
-        if (!pb_settle_stores(&d->results[i], &d->plans[i]) || !pb_mask_applies(d->mask, ev->event_type))
+        bool stores = pb_settle_stores(&d->results[i], &d->plans[i]) ||
+                      d->results[i].outcome == PB_OUT_DEFERRED;
+        if (stores && ev->masked)
+            ev->store_masked = true;
+        if (!stores || ev->masked || !pb_mask_applies(d->mask, ev->event_type))
             continue;
         /* a published event was masked before it went out; a dead one may not have been */
         pb_result_t scratch = {0};

@@ -1227,7 +1227,8 @@ pb_status_t pb_mask_rewrite(const pb_mask_t *m, const char *event_type, bool hea
 bool pb_mask_event(const pb_mask_t *m, pb_event_t *ev, pb_masked_t *keep, pb_result_t *result)
 {
     keep->unfit = (pb_mask_unfit_t){0};
-    if (!pb_mask_applies(m, ev->event_type))
+    /* masked before it was set aside: an hmac rule applied again would hash the token */
+    if (ev->masked || !pb_mask_applies(m, ev->event_type))
         return true;
     pb_error_t why;
     bool changed = false;

@@ -103,7 +103,7 @@ typedef struct pb_masked {
  * ev->headers point to masked copies kept in *keep, so every sink publishes them. Returns
  * false with result set to PB_OUT_REJECT and the reason when rules apply to the event but its
  * payload or headers cannot be masked (not valid JSON, ...): it is dead-lettered, never
- * published unmasked. */
+ * published unmasked. An event masked already (ev->masked) is left as it is. */
 bool pb_mask_event(const pb_mask_t *m, pb_event_t *ev, pb_masked_t *keep, pb_result_t *result);
 
 /* Points the event at its original texts again (the outbox row as captured, which is what a

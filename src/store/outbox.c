@@ -89,9 +89,7 @@ void pb_outbox_free(pb_outbox_t *ob)
     pb_buf_free(&ob->dead_ids);
     pb_buf_free(&ob->dead_reasons);
     pb_buf_free(&ob->dead_tried);
-    pb_buf_free(&ob->masked_ids);
-    pb_buf_free(&ob->masked_payloads);
-    pb_buf_free(&ob->masked_headers);
+    pb_masked_texts_free(&ob->masked);
 }
 
 pb_status_t pb_outbox_prepare(pb_outbox_t *ob, pb_error_t *err)
@@ -291,26 +289,50 @@ bool pb_settle_stores(const pb_result_t *r, const pb_settle_plan_t *plan)
     }
 }
 
-static void put_masked(pb_outbox_t *ob, const pb_event_t *ev)
+void pb_masked_texts_reset(pb_masked_texts_t *t)
 {
-    const char *sep = ob->n_masked ? "," : "";
-    pb_buf_printf(&ob->masked_ids, "%s%lld", sep, (long long)ev->id);
-    pb_buf_puts(&ob->masked_payloads, sep);
-    pb_buf_append_array_text(&ob->masked_payloads, ev->payload);
-    pb_buf_puts(&ob->masked_headers, sep);
-    if (ev->headers)
-        pb_buf_append_array_text(&ob->masked_headers, ev->headers);
+    pb_buf_t *bufs[] = {&t->ids, &t->payloads, &t->headers};
+    for (size_t b = 0; b < sizeof bufs / sizeof *bufs; b++) {
+        pb_buf_reset(bufs[b]);
+        pb_buf_putc(bufs[b], '{');
+    }
+    t->count = 0;
+}
+
+void pb_masked_texts_free(pb_masked_texts_t *t)
+{
+    pb_buf_free(&t->ids);
+    pb_buf_free(&t->payloads);
+    pb_buf_free(&t->headers);
+    t->count = 0;
+}
+
+void pb_masked_texts_add(pb_masked_texts_t *t, int64_t id, const char *payload, const char *headers)
+{
+    const char *sep = t->count ? "," : "";
+    pb_buf_printf(&t->ids, "%s%lld", sep, (long long)id);
+    pb_buf_puts(&t->payloads, sep);
+    pb_buf_append_array_text(&t->payloads, payload);
+    pb_buf_puts(&t->headers, sep);
+    if (headers)
+        pb_buf_append_array_text(&t->headers, headers);
     else
-        pb_buf_puts(&ob->masked_headers, "NULL");
-    ob->n_masked++;
+        pb_buf_puts(&t->headers, "NULL");
+    t->count++;
+}
+
+void pb_masked_texts_end(pb_masked_texts_t *t)
+{
+    pb_buf_putc(&t->ids, '}');
+    pb_buf_putc(&t->payloads, '}');
+    pb_buf_putc(&t->headers, '}');
 }
 
 void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
                             const pb_settle_plan_t *plans, pb_settle_counts_t *counts)
 {
-    pb_buf_t *bufs[] = {&ob->retry_ids,     &ob->retry_errors,      &ob->retry_delays,
-                        &ob->dead_ids,      &ob->dead_reasons,      &ob->dead_tried,
-                        &ob->masked_ids,    &ob->masked_payloads,   &ob->masked_headers};
+    pb_buf_t *bufs[] = {&ob->retry_ids, &ob->retry_errors, &ob->retry_delays,
+                        &ob->dead_ids,  &ob->dead_reasons, &ob->dead_tried};
     const size_t n_bufs = sizeof bufs / sizeof bufs[0];
     for (size_t b = 0; b < n_bufs; b++) {
         pb_buf_reset(bufs[b]);
@@ -321,11 +343,12 @@ void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
         ob->published = pb_realloc(ob->published, ob->n_events * sizeof *ob->published);
         ob->cap_published = ob->n_events;
     }
-    ob->n_masked = 0;
+    pb_masked_texts_reset(&ob->masked);
     for (size_t i = 0; i < ob->n_events; i++) {
         long long id = (long long)ob->events[i].id;
         if (ob->events[i].store_masked && pb_settle_stores(&results[i], &plans[i]))
-            put_masked(ob, &ob->events[i]);
+            pb_masked_texts_add(&ob->masked, ob->events[i].id, ob->events[i].payload,
+                                ob->events[i].headers);
         switch (results[i].outcome) {
         case PB_OUT_PUBLISHED:
             ob->published[counts->published++] = (int64_t)id;
@@ -357,6 +380,7 @@ void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
     }
     for (size_t b = 0; b < n_bufs; b++)
         pb_buf_putc(bufs[b], '}');
+    pb_masked_texts_end(&ob->masked);
     ob->published_sparse = pb_outbox_ids_literal(ob->published, counts->published,
                                                  &ob->published_ids);
     ob->n_published = counts->published;
@@ -367,9 +391,9 @@ void pb_outbox_build_arrays(pb_outbox_t *ob, const pb_result_t *results,
 pb_status_t pb_outbox_send_settle(pb_outbox_t *ob, pb_error_t *err)
 {
     pb_status_t st = PB_OK;
-    if (ob->n_masked) { /* first: the moves below copy the rows */
-        const char *p[3] = {ob->masked_ids.data, ob->masked_payloads.data,
-                            ob->masked_headers.data};
+    if (ob->masked.count) { /* first: the moves below copy the rows */
+        const char *p[3] = {ob->masked.ids.data, ob->masked.payloads.data,
+                            ob->masked.headers.data};
         st = send_prepared(ob, "pb_store_masked", 3, p, err);
     }
     if (st == PB_OK && ob->n_published) {
@@ -391,7 +415,7 @@ pb_status_t pb_outbox_send_settle(pb_outbox_t *ob, pb_error_t *err)
 pb_status_t pb_outbox_read_settle(pb_outbox_t *ob, pb_error_t *err)
 {
     pb_status_t st = PB_OK;
-    if (ob->n_masked)
+    if (ob->masked.count)
         st = pb_pg_read_result(ob->conn, PGRES_COMMAND_OK, "store masked events", NULL, err);
     if (st == PB_OK && ob->n_published)
         st = pb_pg_read_result(ob->conn, ob->delete_on_publish ? PGRES_COMMAND_OK : PGRES_TUPLES_OK,
@@ -400,28 +424,40 @@ pb_status_t pb_outbox_read_settle(pb_outbox_t *ob, pb_error_t *err)
         st = pb_pg_read_result(ob->conn, PGRES_COMMAND_OK, "record failed publishes", NULL, err);
     if (st == PB_OK && ob->n_dead)
         st = pb_pg_read_result(ob->conn, PGRES_COMMAND_OK, "move events to dead_letters", NULL, err);
-    ob->n_published = ob->n_retried = ob->n_dead = ob->n_masked = 0;
+    ob->n_published = ob->n_retried = ob->n_dead = ob->masked.count = 0;
     return st;
 }
 
 /* Returns the rows moved now and those moved before (replayed after a restart); only rows this
- * session cannot see yet are missing. */
-static const char mark_relayed_sql[] =
-    "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_RANGES("o"))
-    "SELECT id FROM kept UNION ALL "
-    "SELECT p.id FROM postbox.outbox_published p WHERE " PB_OUTBOX_IDS_IN_RANGES("p");
-static const char mark_relayed_sparse_sql[] =
-    "WITH " PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_ARRAY("o"))
-    "SELECT id FROM kept UNION ALL "
-    "SELECT p.id FROM postbox.outbox_published p WHERE " PB_OUTBOX_IDS_IN_ARRAY("p");
+ * session cannot see yet are missing. moves: the CTEs moving the rows that ids(alias) names. */
+#define MARK_RELAYED_SQL(moves, ids)                                                            \
+    "WITH " moves "SELECT id FROM kept UNION ALL "                                              \
+    "SELECT p.id FROM postbox.outbox_published p WHERE " ids("p")
+/* relay.mask_stored: the moves with the masked texts of rows published masked */
+#define MASKED_MOVE(ids) PB_OUTBOX_MOVE_PUBLISHED_MASKED_CTES(ids, "$2", "$3", "$4")
+static const char mark_relayed_sql[] = MARK_RELAYED_SQL(
+    PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_RANGES("o")), PB_OUTBOX_IDS_IN_RANGES);
+static const char mark_relayed_sparse_sql[] = MARK_RELAYED_SQL(
+    PB_OUTBOX_MOVE_PUBLISHED_CTES(PB_OUTBOX_IDS_IN_ARRAY("o")), PB_OUTBOX_IDS_IN_ARRAY);
+static const char mark_relayed_masked_sql[] =
+    MARK_RELAYED_SQL(MASKED_MOVE(PB_OUTBOX_IDS_IN_RANGES("o")), PB_OUTBOX_IDS_IN_RANGES);
+static const char mark_relayed_masked_sparse_sql[] =
+    MARK_RELAYED_SQL(MASKED_MOVE(PB_OUTBOX_IDS_IN_ARRAY("o")), PB_OUTBOX_IDS_IN_ARRAY);
 
 pb_status_t pb_outbox_send_mark_relayed(PGconn *conn, int64_t *ids, size_t n, pb_buf_t *literal,
-                                        pb_error_t *err)
+                                        const pb_masked_texts_t *masked, pb_error_t *err)
 {
     bool sparse = pb_outbox_ids_literal(ids, n, literal);
-    const char *params[1] = {literal->data};
-    if (PQsendQueryParams(conn, sparse ? mark_relayed_sparse_sql : mark_relayed_sql, 1, NULL,
-                          params, NULL, NULL, 0) != 1)
+    bool with_masked = masked && masked->count;
+    const char *params[4] = {literal->data};
+    const char *sql = sparse ? mark_relayed_sparse_sql : mark_relayed_sql;
+    if (with_masked) {
+        params[1] = masked->ids.data;
+        params[2] = masked->payloads.data;
+        params[3] = masked->headers.data;
+        sql = sparse ? mark_relayed_masked_sparse_sql : mark_relayed_masked_sql;
+    }
+    if (PQsendQueryParams(conn, sql, with_masked ? 4 : 1, NULL, params, NULL, NULL, 0) != 1)
         return pb_fail(err, PB_TRANSIENT, "mark published: %s", PQerrorMessage(conn));
     return PB_OK;
 }

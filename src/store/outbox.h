@@ -34,14 +34,43 @@
  * see the statement's snapshot instead). Marking a row published in place costs about six times
  * this (see sql/004_published_history.sql). */
 #define PB_OUTBOX_MOVE_PUBLISHED_CTES(ids)                                                      \
+    PB_OUTBOX_MOVE_CTES_(ids, "moved v", "v.payload", "v.headers")
+
+/* The same, storing instead of a row's payload and headers the masked texts that the arrays
+ * $ip (bigint ids), $pp and $hp (text; NULL headers: none) give for its id, when they name it
+ * (relay.mask_stored, the cdc capture: its rows are moved after they were published, and only
+ * the relay holds what it published). */
+#define PB_OUTBOX_MOVE_PUBLISHED_MASKED_CTES(ids, ip, pp, hp)                                   \
+    PB_OUTBOX_MOVE_CTES_(ids,                                                                   \
+        "moved v LEFT JOIN (SELECT DISTINCT ON (id) * FROM unnest(" ip "::bigint[], "           \
+        pp "::text[], " hp "::text[]) AS x(id, payload, headers)) x ON x.id = v.id",            \
+        "CASE WHEN x.id IS NULL THEN v.payload ELSE x.payload::jsonb END",                     \
+        "CASE WHEN x.id IS NULL THEN v.headers ELSE coalesce(x.headers::jsonb, '{}') END")
+
+#define PB_OUTBOX_MOVE_CTES_(ids, from, payload, headers)                                      \
     "moved AS (DELETE FROM postbox.outbox o WHERE " ids " RETURNING o.*), "                     \
     "kept AS (INSERT INTO postbox.outbox_published (id, event_id, aggregate_type, "             \
     "    aggregate_id, event_type, payload, headers, destination, created_at, published_at, "   \
     "    attempts, last_error, sequence) "                                                      \
-    "  SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "       \
-    "         destination, created_at, now(), attempts, last_error, sequence FROM moved "       \
-    "  RETURNING id) "
+    "  SELECT v.id, v.event_id, v.aggregate_type, v.aggregate_id, v.event_type, " payload ", "  \
+    headers ", v.destination, v.created_at, now(), v.attempts, v.last_error, v.sequence "      \
+    "  FROM " from " RETURNING id) "
 
+
+/* relay.mask_stored: the masked texts of events to be stored, by outbox row id, as the array
+ * literals $ids, $payloads, $headers of a settle statement; count: how many. */
+typedef struct pb_masked_texts {
+    pb_buf_t ids, payloads, headers;
+    size_t count;
+} pb_masked_texts_t;
+
+/* Opens the literals, empty: call before the first add (and to reuse t). */
+void pb_masked_texts_reset(pb_masked_texts_t *t);
+void pb_masked_texts_free(pb_masked_texts_t *t);
+/* Adds the texts of outbox row id (headers NULL: none). */
+void pb_masked_texts_add(pb_masked_texts_t *t, int64_t id, const char *payload, const char *headers);
+/* Closes the literals, after the last add. */
+void pb_masked_texts_end(pb_masked_texts_t *t);
 
 typedef struct pb_outbox {
     PGconn *conn;           /* borrowed */
@@ -61,8 +90,7 @@ typedef struct pb_outbox {
         dead_tried;
     /* relay.mask_stored: the masked texts of the events stored now (pb_event_t.store_masked),
      * written over their outbox rows first in the settle, so that the moves store them */
-    size_t n_masked;
-    pb_buf_t masked_ids, masked_payloads, masked_headers;
+    pb_masked_texts_t masked;
     char limit_text[16], shards_text[16];
 } pb_outbox_t;
 
@@ -140,8 +168,10 @@ bool pb_outbox_ids_literal(int64_t *ids, size_t n, pb_buf_t *out);
 
 /* cdc: sends (without waiting; the caller reads the result with PQgetResult) the statement that
  * moves the relayed rows ids[0..n) (sorted in place; literal is scratch) to the history and
- * returns, as rows of one bigint column, the ids among them that are in the history now. */
+ * returns, as rows of one bigint column, the ids among them that are in the history now. The
+ * rows that masked (NULL, or closed and empty: none) names are stored with its texts. */
 pb_status_t pb_outbox_send_mark_relayed(PGconn *conn, int64_t *ids, size_t n, pb_buf_t *literal,
+                                        const pb_masked_texts_t *masked,
                                         pb_error_t *err) PB_MUSTCHECK;
 
 /* Rows still pending that are due or failed before (not those whose available_at, or an

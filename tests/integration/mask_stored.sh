@@ -8,7 +8,8 @@
 #      without rules is stored as it is
 #   3. the masked dead letter replayed: published again, masked again (drop and last4 give the
 #      same text, hmac hashes the token once more), and stored masked
-#   4. the cdc capture refuses the option
+#   4. the cdc capture takes the option only with cdc.mark_published or cdc.delete_after_insert
+#      (mask_stored_cdc.sh tests it)
 source "$(dirname "$0")/lib.sh"
 
 pb_init
@@ -94,9 +95,9 @@ want="{\"card\":{\"number\":\"************1111\"},\"customer\":{\"email\":\"$(hm
 [[ $again == "$want" ]] || fail "the replayed o-4 was published as $again, expected $want"
 expect_stored outbox_published o-4 .payload "$want"
 
-say "4. the cdc capture refuses the option"
-if out=$("$POSTBOX_BIN" -c "$PB_TMP/postbox.ini" --set relay.capture=cdc relay 2>&1); then
-    fail "the cdc relay started with relay.mask_stored"
+say "4. the cdc capture refuses the option without cdc.mark_published nor cdc.delete_after_insert"
+if out=$("$POSTBOX_BIN" -c "$PB_TMP/postbox.ini" --set relay.capture=cdc --set cdc.mark_published=false relay 2>&1); then
+    fail "the cdc relay started with relay.mask_stored and no mark"
 fi
-[[ $out == *'relay.mask_stored works with relay.capture = poll only'* ]] || fail "cdc with mask_stored: $out"
+[[ $out == *'relay.mask_stored with relay.capture = cdc needs cdc.mark_published'* ]] || fail "cdc with mask_stored: $out"
 say "PASS"
