@@ -25,14 +25,14 @@
  * Each command's outcome is logged to stderr.
  *
  * --nodelay on: its brokers answer without Nagle's delay (TCP_NODELAY on every connection they
- * accept), as Kafka's brokers do. librdkafka 2.0.2's mock leaves Nagle on (the default, off here),
- * so when a client has several requests in flight on one connection, a response after the first
- * may wait for the client's delayed acknowledgement (~40 ms on Linux): a producer that waits for
- * its delivery reports, as postbox's relay does after each batch, pays that ~40 ms per batch
- * (20,000 events/s where the relay's PostgreSQL work allows 80,000; issue 32). bench/relay-kafka
- * turns it on to measure what a Kafka cluster would allow; the tests keep the slower default,
- * which their kill timings are tuned to (it_kafka_cdc_kill hit a publishing relay with 2 of its 5
- * kills in one of two runs with it on). */
+ * accept), as Kafka's brokers do. librdkafka 2.0.2's mock leaves Nagle on, and so does this one
+ * by default: when a client has several requests in flight on one connection, a response after
+ * the first may wait for the client's delayed acknowledgement (~40 ms on Linux), and a producer
+ * that waits for its delivery reports, as postbox's relay does after each batch, pays that once
+ * per batch (20,000 events/s where the relay's PostgreSQL work allows 80,000; issue 32).
+ * bench/relay-kafka turns it on to measure what a Kafka cluster would allow; the tests keep the
+ * slower default, which their kill timings are tuned to (it_kafka_cdc_kill hit a publishing
+ * relay with only 2 of its 5 kills in one of two runs with it on). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -56,7 +56,7 @@
 #define PRODUCE_API_KEY 0 /* the Kafka protocol's number of the Produce request */
 
 static volatile sig_atomic_t stop;
-static bool tcp_nodelay; /* --nodelay on */
+static bool tcp_nodelay; /* --nodelay on; set before the mock cluster's thread starts */
 
 /* The mock's listeners call accept(2) inside librdkafka; this definition, in the executable,
  * comes first in the dynamic linker's lookup, so with --nodelay on each connection they accept
