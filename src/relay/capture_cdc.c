@@ -75,6 +75,8 @@
  * (arrived within this many ms of the start of the fill). At a low rate the relay waits for
  * every event, and a window would only add to each event's latency. */
 #define FILL_BACKLOG_MS 1
+/* Inside the window, what the stream gathers is taken after naps of this many ms. */
+#define GATHER_NAP_MS 1
 /* Rejected (forged) messages are logged one by one up to this many, then every 1000th, so a
  * flood of them cannot flood the log. */
 #define REJECT_LOG_ALL 10
@@ -296,6 +298,8 @@ static pb_status_t connect_conn(cdc_capture_t *r, pb_error_t *err)
                                "postbox.outbox FOR EACH ROW EXECUTE FUNCTION "
                                "postbox.delete_inserted_row()",
                             err);
+    if (st == PB_OK)
+        st = pb_outbox_prepare_mark_relayed(r->conn, err);
     if (st == PB_OK)
         st = pb_emit_key_load(r->conn, &r->emit_key, err);
     if (st == PB_OK)
@@ -546,9 +550,19 @@ static pb_status_t fill(cdc_capture_t *r, int64_t wait_ms, bool ahead, pb_error_
         }
         const char *data;
         size_t len;
-        pb_status_t st = pb_cdc_stream_read(&r->stream, timeout, &data, &len, err);
+        /* Inside the window the batch is cut at its end in any case: rather than waking for each
+         * message the server sends (one per send; a backlog of small transactions arrives a few
+         * hundred bytes at a time), nap and take what has gathered. The wake-ups cost the relay
+         * more CPU than decoding, and the walsender needs that CPU on a small machine. */
+        bool gathering = window_end > 0 && !waited_for_commit;
+        pb_status_t st = pb_cdc_stream_read(&r->stream, gathering ? 0 : timeout, &data, &len, err);
         if (st != PB_OK)
             return st;
+        if (len == 0 && gathering && timeout > 0) {
+            pb_sleep_ms(timeout < GATHER_NAP_MS ? timeout : GATHER_NAP_MS);
+            timeout = window_end - pb_monotonic_ms();
+            continue;
+        }
         if (len == 0) {
             /* half a transaction in hand: its rest is on the way, and cutting the batch here
              * would cost a broker round trip for a handful of events */
@@ -639,6 +653,23 @@ static pb_status_t finish_mark(cdc_capture_t *r, bool wait, pb_error_t *err)
     for (PGresult *extra; (extra = PQgetResult(r->conn)) != NULL;)
         PQclear(extra);
     if (st != PB_OK)
+        return st;
+    bool all_found = PQntuples(res) == 1 &&
+                     strtoll(PQgetvalue(res, 0, 0), NULL, 10) == (long long)r->n_sent;
+    PQclear(res);
+    if (all_found) { /* the usual case: nothing to try again */
+        for (size_t i = 0; i < r->n_sent; i++)
+            free_mark(&r->marks[i]);
+        memmove(r->marks, r->marks + r->n_sent, (r->n_marks - r->n_sent) * sizeof *r->marks);
+        r->n_marks -= r->n_sent;
+        r->n_sent = 0;
+        return r->streaming ? confirm(r, r->mark_lsn, false, err) : PB_OK;
+    }
+    /* some were not found (or an id was sent twice): which ones are in the history now */
+    for (size_t i = 0; i < r->n_sent; i++)
+        r->mark_ids[i] = r->marks[i].id;
+    if ((st = pb_outbox_find_published(r->conn, r->mark_ids, r->n_sent, &r->ids, &res, err)) !=
+        PB_OK)
         return st;
     size_t n_found = (size_t)PQntuples(res);
     int64_t *found = pb_malloc((n_found ? n_found : 1) * sizeof *found);
