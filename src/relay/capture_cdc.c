@@ -100,6 +100,11 @@ typedef struct mark {
 /* Publishing waits for the mark in flight only when more than this many batches' rows wait for
  * the next one: the marks follow the stream at their own pace, in larger statements. */
 #define MARK_QUEUE_BATCHES 8
+/* A mark costs a fixed part per statement (measured: 40 rows take 2.5 times as long per row as
+ * 5,000): while the stream gives small batches, their rows wait to go in one mark until a batch's
+ * worth is queued or the oldest has waited this long (or the stream is idle: flush_marks). The
+ * events are published already; only the history and the slot's confirmation wait. */
+#define MARK_HOLD_MS 20
 
 /* A deferred batch whose claim found nothing due waits this long before the next try, when rows
  * are due but their transactions are not behind the slot's confirmed position yet. */
@@ -147,6 +152,7 @@ typedef struct cdc_capture {
     uint64_t queued_lsn; /* covers the rows queued after the mark in flight was sent (0: none) */
     mark_t *marks; /* the first n_sent: in the mark in flight; then the ones still to send */
     size_t n_marks, n_sent, cap_marks;
+    int64_t held_since; /* when the oldest of the ones still to send was queued */
     int64_t *mark_ids; /* room for cap_marks ids */
     pb_masked_texts_t mark_texts; /* the masked texts of the mark being sent */
     /* dead letters of a batch, for one statement */
@@ -713,15 +719,18 @@ static pb_status_t finish_mark(cdc_capture_t *r, bool wait, pb_error_t *err)
  * with it). */
 static void queue_marks(cdc_capture_t *r, const pb_result_t *results)
 {
+    if (r->n_marks == r->n_sent)
+        r->held_since = pb_monotonic_ms();
     if (r->base.cfg->cdc_mark_published && !r->base.cfg->cdc_delete_after_insert)
         for (size_t i = 0; i < r->b->n; i++)
             if (r->b->events[i].id > 0 && results[i].outcome == PB_OUT_PUBLISHED)
                 add_mark(r, &r->b->events[i]);
 }
 
-/* Sends every queued row in one mark unless one is in flight (then lsn waits with them), or,
- * with nothing to mark, confirms lsn at once. */
-static pb_status_t send_mark(cdc_capture_t *r, uint64_t lsn, pb_error_t *err)
+/* Sends every queued row in one mark unless one is in flight or, without force, too few rows
+ * have waited too short a time (MARK_HOLD_MS; then lsn waits with them), or, with nothing to
+ * mark, confirms lsn at once. */
+static pb_status_t send_mark(cdc_capture_t *r, uint64_t lsn, bool force, pb_error_t *err)
 {
     if (r->mark_in_flight) {
         if (lsn > r->queued_lsn)
@@ -733,6 +742,11 @@ static pb_status_t send_mark(cdc_capture_t *r, uint64_t lsn, pb_error_t *err)
     r->queued_lsn = 0;
     if (r->n_marks == 0)
         return confirm(r, lsn, false, err);
+    if (!force && r->n_marks < (size_t)r->base.cfg->relay_batch_size &&
+        pb_monotonic_ms() - r->held_since < MARK_HOLD_MS) {
+        r->queued_lsn = lsn;
+        return PB_OK;
+    }
     pb_masked_texts_reset(&r->mark_texts);
     for (size_t i = 0; i < r->n_marks; i++) {
         const mark_t *m = &r->marks[i];
@@ -756,7 +770,7 @@ static pb_status_t flush_marks(cdc_capture_t *r, pb_error_t *err)
 {
     pb_status_t st = finish_mark(r, true, err);
     if (st == PB_OK && (r->n_marks || r->queued_lsn)) {
-        st = send_mark(r, r->stream.confirmed_lsn, err);
+        st = send_mark(r, r->stream.confirmed_lsn, true, err);
         if (st == PB_OK)
             st = finish_mark(r, true, err);
     }
@@ -1342,7 +1356,7 @@ static pb_status_t cdc_settle(pb_capture_t *cap, const pb_result_t *results,
      * send this batch's; wait only when too many rows queue up behind a slow mark */
     bool wait = r->n_marks - r->n_sent > MARK_QUEUE_BATCHES * (size_t)cap->cfg->relay_batch_size;
     queue_marks(r, results);
-    if ((st = finish_mark(r, wait, err)) != PB_OK || (st = send_mark(r, r->b_lsn, err)) != PB_OK)
+    if ((st = finish_mark(r, wait, err)) != PB_OK || (st = send_mark(r, r->b_lsn, false, err)) != PB_OK)
         return st;
     clear_batch(r);
     r->b_out = false;
