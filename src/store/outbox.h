@@ -166,13 +166,22 @@ void pb_outbox_id_ranges(int64_t *ids, size_t n, pb_buf_t *out);
  * shards, marks retried beside new ones), or reach INT64_MAX, which a range cannot bound. */
 bool pb_outbox_ids_literal(int64_t *ids, size_t n, pb_buf_t *out);
 
+/* cdc: prepares the statements of pb_outbox_send_mark_relayed on a new connection. */
+pb_status_t pb_outbox_prepare_mark_relayed(PGconn *conn, pb_error_t *err) PB_MUSTCHECK;
+
 /* cdc: sends (without waiting; the caller reads the result with PQgetResult) the statement that
  * moves the relayed rows ids[0..n) (sorted in place; literal is scratch) to the history and
- * returns, as rows of one bigint column, the ids among them that are in the history now. The
- * rows that masked (NULL, or closed and empty: none) names are stored with its texts. */
+ * returns one row, one bigint: how many of them are in the history now (fewer than the distinct
+ * ids: pb_outbox_find_published tells which). The rows that masked (NULL, or closed and empty:
+ * none) names are stored with its texts. */
 pb_status_t pb_outbox_send_mark_relayed(PGconn *conn, int64_t *ids, size_t n, pb_buf_t *literal,
                                         const pb_masked_texts_t *masked,
                                         pb_error_t *err) PB_MUSTCHECK;
+
+/* cdc: the ids among ids[0..n) (sorted in place; literal is scratch) that are in the history,
+ * as rows of one bigint column in *out (the caller clears it). */
+pb_status_t pb_outbox_find_published(PGconn *conn, int64_t *ids, size_t n, pb_buf_t *literal,
+                                     PGresult **out, pb_error_t *err) PB_MUSTCHECK;
 
 /* Rows still pending that are due or failed before (not those whose available_at, or an
  * earlier event's of their aggregate, is still to come: `relay --drain` leaves them). */
