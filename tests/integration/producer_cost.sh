@@ -100,9 +100,11 @@ n=$(notified "SELECT postbox.enqueue('wake', '1', 'w.v1', '{}')")
 n=$(notified "SET postbox.notify = always" "SELECT postbox.enqueue('wake', '1', 'w.v1', '{}')")
 ((n == 1)) || fail "postbox.notify = always: a committed event sent $n notifications, not 1"
 # a relay asleep: it holds the sleep lock (sql/028)
-psql -XAtq -d "$POSTBOX_PG_DSN" -c "SELECT pg_advisory_lock(hashtext('postbox.relay.asleep'), 0)" \
-    -c "SELECT pg_sleep(120)" >/dev/null &
+psql -XAtq -d "$POSTBOX_PG_DSN" -c "SET application_name = pb_it_sleeping_relay" \
+    -c "SELECT pg_advisory_lock(hashtext('postbox.relay.asleep'), 0)" -c "SELECT pg_sleep(120)" >/dev/null &
 PB_PIDS+=("$!")
+# its backend would outlive the killed psql while it sleeps
+on_exit "psql -XAtq -d '$POSTBOX_PG_DSN' -c \"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pb_it_sleeping_relay' AND datname = current_database()\" >/dev/null 2>&1"
 wait_until "[[ \$(psql_q \"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
                              AND classid = hashtext('postbox.relay.asleep')::oid AND mode = 'ExclusiveLock'
                              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())\") == 1 ]]" 10 ||
