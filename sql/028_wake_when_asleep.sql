@@ -23,10 +23,13 @@
 -- Producers never wait on the lock (a try); a relay never waits for it without listening (a
 -- long transaction that holds the shared lock delays only the relay's sleep, and every producer
 -- NOTIFYs meanwhile). Several relays (shards) queue for the lock: one sleeps with it, the others
--- ask, and every producer NOTIFYs, waking them all. The cdc capture does not listen: with only
--- cdc relays nobody takes the lock and nobody NOTIFYs. A session that holds the key (anyone
--- may take an advisory lock) can only make producers NOTIFY again, or keep a relay asking: the
--- wake-up is never lost, so the key is not secret.
+-- ask, and every producer NOTIFYs, waking them all; a relay granted the lock NOTIFYs once
+-- itself, since the relays that asked with it waited for the same producers but are not granted
+-- while it sleeps (model/wake.pml checks these rules). The cdc capture does not listen: with only
+-- cdc relays nobody takes the lock and nobody NOTIFYs. A session that takes the key itself
+-- (anyone may take an advisory lock) makes producers NOTIFY again, or keeps a relay asking; the
+-- events committed without NOTIFY just before such a session was granted the lock wait for the
+-- relay's poll interval, once. The key is not secret.
 --
 -- postbox.notify (a database, role or session setting): unset, 'on' or 'auto' = as above;
 -- 'always' = every committing writer NOTIFYs (version 21's behaviour: use it while relays older

@@ -441,6 +441,16 @@ static pb_status_t notified(poll_capture_t *p, bool *woken, pb_error_t *err)
     return PB_OK;
 }
 
+/* The sleep lock was granted. With several relays (shards), those that asked before waited for
+ * the same producers, which are done now; but they are not granted while this one sleeps with the
+ * lock: a NOTIFY makes them claim once more (model/wake.pml). */
+static pb_status_t on_granted(poll_capture_t *p, pb_error_t *err)
+{
+    if (p->sleep.state != PB_SLEEP_HELD || p->shards.n == 1)
+        return PB_OK;
+    return pb_pg_exec(p->settle_conn, "NOTIFY " NOTIFY_CHANNEL, err);
+}
+
 /* Sleeps until a NOTIFY arrives, the poll interval passes, or stop; tick keeps the broker
  * connection serviced meanwhile. Asks for the sleep lock first (unless held already) and returns
  * as soon as it is granted: the claim after the grant sees every event committed without a
@@ -464,7 +474,7 @@ static pb_status_t poll_wait(pb_capture_t *cap, pb_capture_tick_fn tick, void *a
             if ((st = pb_sleep_lock_poll(&p->sleep, err)) != PB_OK)
                 return st;
             if (p->sleep.state == PB_SLEEP_HELD)
-                return PB_OK;
+                return on_granted(p, err);
         }
         if (!tick(arg))
             break;
@@ -484,8 +494,11 @@ static pb_status_t poll_wait(pb_capture_t *cap, pb_capture_tick_fn tick, void *a
         if (select(nfds, &rd, NULL, NULL, &tv) < 0 && errno != EINTR)
             return pb_fail(err, PB_TRANSIENT, "select: %s", strerror(errno));
     }
-    /* woken before the grant: the settle session is needed again */
-    return st == PB_OK ? pb_sleep_lock_withdraw(&p->sleep, err) : st;
+    /* woken before the grant: the settle session is needed again (a grant may have come first) */
+    if (st == PB_OK && p->sleep.state == PB_SLEEP_ASKED &&
+        (st = pb_sleep_lock_withdraw(&p->sleep, err)) == PB_OK)
+        st = on_granted(p, err);
+    return st;
 }
 
 static pb_status_t poll_keepalive(pb_capture_t *cap, pb_error_t *err)

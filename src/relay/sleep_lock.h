@@ -7,7 +7,8 @@
  * the grant comes after every event committed without a NOTIFY: the relay claims once more after
  * the grant and may then sleep until a NOTIFY or its poll interval. It lets go of the lock when
  * it claims events again (producers then stop notifying), or withdraws its request when woken
- * before the grant.
+ * before the grant. With several relays, the one granted NOTIFYs for those that asked with it
+ * (capture_poll.c on_granted; model/wake.pml).
  *
  * The lock is taken on the session given to ask (the poll capture's settle session, idle while
  * the relay sleeps); the session must not be used for anything else while a request is out.

@@ -8,6 +8,8 @@
 #      soon as it commits
 #   3. four producers committing at random moments while the relay keeps going to sleep and
 #      waking: every event is published within seconds
+# Several relays (shards), where the one granted the lock NOTIFYs for those that asked with it:
+# model/wake.pml (model_check).
 source "$(dirname "$0")/lib.sh"
 pb_init
 # the sleep lock, in this database (other tests' relays may sleep in theirs)
@@ -78,4 +80,5 @@ lost=$(psql_q "SELECT count(*) FROM postbox.outbox")
 ((lost == 0)) || fail "$lost events still in the outbox"
 stop_relay
 ((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC"
+
 say "ok"
