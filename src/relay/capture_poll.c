@@ -17,7 +17,11 @@
  * once).
  *
  * Three batch records rotate: `settling` (outcomes built, to be written), `cur` (handed to the
- * driver) and `ahead` (claimed while cur is published). */
+ * driver) and `ahead` (claimed while cur is published).
+ *
+ * Producers NOTIFY only while a relay holds or asks for the sleep lock (sleep_lock.h): an idle
+ * relay asks for it on the settle session (idle then) while it listens, claims once more when it
+ * is granted, sleeps with it, and lets go of it once it claims events again. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +34,7 @@
 #include "relay/batch_bytes.h"
 #include "relay/capture.h"
 #include "relay/shards.h"
+#include "relay/sleep_lock.h"
 #include "store/outbox.h"
 #include "store/pg.h"
 
@@ -62,6 +67,7 @@ typedef struct poll_capture {
     pb_buf_t in_flight; /* the multirange of the ids a claim skips */
     int claim_limit;    /* events the next claim asks for (relay/batch_bytes.h) */
     int sent_limit;     /* what the claim of ahead asked for */
+    pb_sleep_lock_t sleep; /* on settle_conn */
 } poll_capture_t;
 
 static void ids_reserve(id_list_t *l, size_t n)
@@ -115,6 +121,7 @@ static void poll_disconnect(pb_capture_t *cap)
     for (int i = 0; i < 3; i++)
         p->obs[i].conn = NULL;
     pb_shards_reset(&p->shards);
+    pb_sleep_lock_reset(&p->sleep);
 }
 
 static bool poll_connected(const pb_capture_t *cap)
@@ -373,6 +380,10 @@ static pb_status_t poll_next(pb_capture_t *cap, pb_capture_batch_t *b, pb_error_
         swap(&p->cur, &p->ahead);
         p->ahead_ready = false;
         b->behind_unsettled = blind;
+        /* awake again: producers may stop notifying (the settle session is idle: nothing was
+         * settled since the lock was granted) */
+        if ((st = pb_sleep_lock_release(&p->sleep, err)) != PB_OK)
+            return st;
     }
     p->cur_out = true;
     b->events = p->cur->events;
@@ -426,39 +437,79 @@ static pb_status_t poll_finish(pb_capture_t *cap, pb_error_t *err)
     return st;
 }
 
+/* Whether a NOTIFY came (each is read and dropped). */
+static pb_status_t notified(poll_capture_t *p, bool *woken, pb_error_t *err)
+{
+    if (!PQconsumeInput(p->conn))
+        return pb_fail(err, PB_TRANSIENT, "postgresql connection lost: %s",
+                       PQerrorMessage(p->conn));
+    PGnotify *note;
+    *woken = false;
+    while ((note = PQnotifies(p->conn)) != NULL) {
+        *woken = true;
+        PQfreemem(note);
+    }
+    return PB_OK;
+}
+
+/* The sleep lock was granted. With several relays (shards), those that asked before waited for
+ * the same producers, which are done now; but they are not granted while this one sleeps with the
+ * lock: a NOTIFY makes them claim once more (model/wake.pml). */
+static pb_status_t on_granted(poll_capture_t *p, pb_error_t *err)
+{
+    if (p->sleep.state != PB_SLEEP_HELD || p->shards.n == 1)
+        return PB_OK;
+    return pb_pg_exec(p->settle_conn, "NOTIFY " NOTIFY_CHANNEL, err);
+}
+
 /* Sleeps until a NOTIFY arrives, the poll interval passes, or stop; tick keeps the broker
- * connection serviced meanwhile. */
+ * connection serviced meanwhile. Asks for the sleep lock first (unless held already) and returns
+ * as soon as it is granted: the claim after the grant sees every event committed without a
+ * NOTIFY, and the next wait sleeps with the lock. */
 static pb_status_t poll_wait(pb_capture_t *cap, pb_capture_tick_fn tick, void *arg,
                              pb_error_t *err)
 {
     poll_capture_t *p = (poll_capture_t *)cap;
     int64_t until = pb_monotonic_ms() + cap->cfg->relay_poll_interval;
-    int fd = PQsocket(p->conn);
+    int fd = PQsocket(p->conn), sleep_fd = PQsocket(p->settle_conn);
+    pb_status_t st = PB_OK;
+    bool woken = false;
     while (!*cap->stop) {
-        if (!PQconsumeInput(p->conn))
-            return pb_fail(err, PB_TRANSIENT, "postgresql connection lost: %s",
-                           PQerrorMessage(p->conn));
-        PGnotify *note;
-        bool woken = false;
-        while ((note = PQnotifies(p->conn)) != NULL) {
-            woken = true;
-            PQfreemem(note);
+        if ((st = notified(p, &woken, err)) != PB_OK || woken)
+            break;
+        if (p->sleep.state == PB_SLEEP_AWAKE) {
+            if ((st = finish_commit(p, err)) != PB_OK ||
+                (st = pb_sleep_lock_ask(&p->sleep, p->settle_conn, err)) != PB_OK)
+                return st;
+        } else if (p->sleep.state == PB_SLEEP_ASKED) {
+            if ((st = pb_sleep_lock_poll(&p->sleep, err)) != PB_OK)
+                return st;
+            if (p->sleep.state == PB_SLEEP_HELD)
+                return on_granted(p, err);
         }
-        if (woken || !tick(arg))
-            return PB_OK;
+        if (!tick(arg))
+            break;
         int64_t left = until - pb_monotonic_ms();
         if (left <= 0)
-            return PB_OK;
+            break;
         if (left > IDLE_TICK_MS)
             left = IDLE_TICK_MS;
+        bool asked = p->sleep.state == PB_SLEEP_ASKED;
         fd_set rd;
         FD_ZERO(&rd);
         FD_SET(fd, &rd);
+        if (asked)
+            FD_SET(sleep_fd, &rd);
         struct timeval tv = {.tv_sec = left / 1000, .tv_usec = (left % 1000) * 1000};
-        if (select(fd + 1, &rd, NULL, NULL, &tv) < 0 && errno != EINTR)
+        int nfds = (asked && sleep_fd > fd ? sleep_fd : fd) + 1;
+        if (select(nfds, &rd, NULL, NULL, &tv) < 0 && errno != EINTR)
             return pb_fail(err, PB_TRANSIENT, "select: %s", strerror(errno));
     }
-    return PB_OK;
+    /* woken before the grant: the settle session is needed again (a grant may have come first) */
+    if (st == PB_OK && p->sleep.state == PB_SLEEP_ASKED &&
+        (st = pb_sleep_lock_withdraw(&p->sleep, err)) == PB_OK)
+        st = on_granted(p, err);
+    return st;
 }
 
 static pb_status_t poll_keepalive(pb_capture_t *cap, pb_error_t *err)

@@ -7,8 +7,9 @@
 #      keeps its access list
 #   3. a multi-row INSERT into one aggregate is numbered 1..n in id order; a 50,000-event
 #      transaction over 10 aggregates is numbered 1..5,000 per aggregate, without gaps or repeats
-#   4. the wake-up: a committed event NOTIFYs postbox_outbox, unless postbox.notify = off (session,
-#      role or database); a rolled-back one never does
+#   4. the wake-up (version 27): a committed event NOTIFYs postbox_outbox while a relay sleeps (holds
+#      the sleep lock), unless postbox.notify = off (session, role or database), and not while no
+#      relay sleeps, unless postbox.notify = always; a rolled-back one never does
 source "$(dirname "$0")/lib.sh"
 pb_init
 psql_q "CREATE TABLE orders (id text PRIMARY KEY, status text NOT NULL);
@@ -95,7 +96,21 @@ notified() { # SQL...: the statements, each its own transaction, in a session th
     psql -Xq -d "$POSTBOX_PG_DSN" "${args[@]}" -c "SELECT 1" 2>&1 | grep -c 'notification "postbox_outbox"' || true
 }
 n=$(notified "SELECT postbox.enqueue('wake', '1', 'w.v1', '{}')")
-((n == 1)) || fail "a committed event sent $n notifications, not 1"
+((n == 0)) || fail "a committed event sent $n notifications while no relay sleeps"
+n=$(notified "SET postbox.notify = always" "SELECT postbox.enqueue('wake', '1', 'w.v1', '{}')")
+((n == 1)) || fail "postbox.notify = always: a committed event sent $n notifications, not 1"
+# a relay asleep: it holds the sleep lock (sql/027)
+psql -XAtq -d "$POSTBOX_PG_DSN" -c "SET application_name = pb_it_sleeping_relay" \
+    -c "SELECT pg_advisory_lock(hashtext('postbox.relay.asleep'), 0)" -c "SELECT pg_sleep(120)" >/dev/null &
+PB_PIDS+=("$!")
+# its backend would outlive the killed psql while it sleeps
+on_exit "psql -XAtq -d '$POSTBOX_PG_DSN' -c \"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'pb_it_sleeping_relay' AND datname = current_database()\" >/dev/null 2>&1"
+wait_until "[[ \$(psql_q \"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+                             AND classid = hashtext('postbox.relay.asleep')::oid AND mode = 'ExclusiveLock'
+                             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())\") == 1 ]]" 10 ||
+    fail "the sleeping relay's stand-in did not take the sleep lock"
+n=$(notified "SELECT postbox.enqueue('wake', '1', 'w.v1', '{}')")
+((n == 1)) || fail "a committed event sent $n notifications, not 1, while a relay sleeps"
 n=$(notified "BEGIN; SELECT postbox.enqueue('wake', '1', 'w.v1', '{}'); ROLLBACK")
 ((n == 0)) || fail "a rolled-back event sent $n notifications"
 n=$(notified "SET postbox.notify = off" "SELECT postbox.enqueue('wake', '1', 'w.v1', '{}')" \
@@ -109,5 +124,5 @@ n=$(notified "SET postbox.notify = on" "SELECT postbox.enqueue('wake', '1', 'w.v
 ((n == 1)) || fail "postbox.notify = on in a session of a database where it is off: $n notifications"
 psql_q "ALTER DATABASE $db RESET postbox.notify"
 seq=$(psql_q "SELECT string_agg(sequence::text, ',' ORDER BY id) FROM postbox.outbox WHERE aggregate_type = 'wake'")
-[[ $seq == 1,2,3,4,5 ]] || fail "the wake-up events (one rolled back) are not numbered 1..5: $seq"
+[[ $seq == 1,2,3,4,5,6,7 ]] || fail "the wake-up events (one rolled back) are not numbered 1..7: $seq"
 say "ok"
