@@ -121,23 +121,22 @@ static void sample(pb_janitor_t *jan)
  * catalog first, so that the default layout calls nothing it may have no grant for. */
 static void make_partitions(pb_janitor_t *jan)
 {
-    PGresult *res = PQexec(jan->conn,
-                           "SELECT EXISTS (SELECT 1 FROM pg_class c WHERE c.relkind = 'p'"
-                           "  AND c.relnamespace = to_regnamespace('postbox'))");
     pb_error_t err;
-    if (pb_pg_check(jan->conn, res, PGRES_TUPLES_OK, "partitions ahead", &err) != PB_OK) {
+    bool partitioned = false;
+    if (pb_pg_query_bool(jan->conn,
+                         "SELECT EXISTS (SELECT 1 FROM pg_class c WHERE c.relkind = 'p'"
+                         "  AND c.relnamespace = to_regnamespace('postbox'))",
+                         "partitions ahead", &partitioned, &err) != PB_OK) {
         log_warn(FAC, "%s", err.msg);
         if (PQstatus(jan->conn) != CONNECTION_OK)
             drop_conn(jan);
         return;
     }
-    bool partitioned = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    PQclear(res);
     if (!partitioned) {
         jan->partitions = false; /* a layout is chosen by init, before the start */
         return;
     }
-    res = PQexec(jan->conn, "SELECT postbox.partitions_create_ahead()");
+    PGresult *res = PQexec(jan->conn, "SELECT postbox.partitions_create_ahead()");
     if (pb_pg_check(jan->conn, res, PGRES_TUPLES_OK, "partitions ahead", &err) != PB_OK) {
         log_warn(FAC, "%s (rows of a time without a partition go to the DEFAULT one; "
                       "`postbox check` lists the missing)", err.msg);

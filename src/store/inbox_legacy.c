@@ -17,13 +17,8 @@ void pb_inbox_legacy_reset(pb_inbox_legacy_t *mv)
 /* The end: true when the legacy table is gone (dropped now, or by another janitor). */
 static pb_status_t finish(PGconn *conn, bool *over, pb_error_t *err)
 {
-    PGresult *res = PQexec(conn, "SELECT postbox.inbox_legacy_finish()");
-    pb_status_t st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "finish the inbox migration", err);
-    if (st != PB_OK)
-        return st;
-    *over = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    PQclear(res);
-    return PB_OK;
+    return pb_pg_query_bool(conn, "SELECT postbox.inbox_legacy_finish()",
+                            "finish the inbox migration", over, err);
 }
 
 pb_status_t pb_inbox_legacy_step(PGconn *conn, pb_inbox_legacy_t *mv, int limit,
@@ -79,20 +74,18 @@ pb_status_t pb_inbox_legacy_step(PGconn *conn, pb_inbox_legacy_t *mv, int limit,
 pb_status_t pb_inbox_legacy_rows(PGconn *conn, int64_t *rows, pb_error_t *err)
 {
     *rows = -1;
+    const char *what = "look for an inbox migration";
     /* a schema older than version 25 has neither the function nor a migration */
-    PGresult *res = PQexec(conn, "SELECT to_regprocedure('postbox.inbox_legacy_rows()') IS NOT NULL");
-    pb_status_t st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "look for an inbox migration", err);
-    if (st != PB_OK)
+    bool known = false, none = true;
+    pb_status_t st = pb_pg_query_bool(
+        conn, "SELECT to_regprocedure('postbox.inbox_legacy_rows()') IS NOT NULL", what, &known, err);
+    if (st != PB_OK || !known)
         return st;
-    bool known = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    PQclear(res);
-    if (!known)
-        return PB_OK;
-    res = PQexec(conn, "SELECT postbox.inbox_legacy_rows()");
-    if ((st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "look for an inbox migration", err)) != PB_OK)
+    int64_t count;
+    if ((st = pb_pg_query_int64(conn, "SELECT postbox.inbox_legacy_rows()", what, &count, &none,
+                                err)) != PB_OK)
         return st;
-    if (!PQgetisnull(res, 0, 0))
-        *rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-    PQclear(res);
+    if (!none)
+        *rows = count;
     return PB_OK;
 }

@@ -47,26 +47,25 @@ static pb_status_t run(PGconn *conn, const char *sql, const char *what, pb_error
 
 static pb_status_t current_version(PGconn *conn, int *version, pb_error_t *err)
 {
-    PGresult *res = PQexec(conn, "SELECT coalesce(max(version), 0) FROM postbox.schema_migrations");
-    pb_status_t st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "read schema version", err);
-    if (st != PB_OK)
-        return st;
-    *version = atoi(PQgetvalue(res, 0, 0));
-    PQclear(res);
-    return PB_OK;
+    int64_t latest;
+    pb_status_t st = pb_pg_query_int64(conn,
+                                       "SELECT coalesce(max(version), 0) FROM postbox.schema_migrations",
+                                       "read schema version", &latest, NULL, err);
+    if (st == PB_OK)
+        *version = (int)latest;
+    return st;
 }
 
 pb_status_t pb_migrate_version(PGconn *conn, bool *present, int *version, pb_error_t *err)
 {
     *present = false;
     *version = 0;
-    PGresult *res = PQexec(conn, "SELECT to_regclass('postbox.schema_migrations') IS NOT NULL");
-    pb_status_t st = pb_pg_check(conn, res, PGRES_TUPLES_OK, "look for the schema version", err);
-    if (st != PB_OK)
+    pb_status_t st = pb_pg_query_bool(conn,
+                                      "SELECT to_regclass('postbox.schema_migrations') IS NOT NULL",
+                                      "look for the schema version", present, err);
+    if (st != PB_OK || !*present)
         return st;
-    *present = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-    PQclear(res);
-    return *present ? current_version(conn, version, err) : PB_OK;
+    return current_version(conn, version, err);
 }
 
 static pb_status_t record(PGconn *conn, const pb_migration_t *m, pb_error_t *err)

@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/backoff.h"
@@ -249,6 +250,50 @@ pb_status_t pb_pg_exec(PGconn *conn, const char *sql, pb_error_t *err)
     if (st == PB_OK)
         PQclear(res);
     return st;
+}
+
+/* The one value of a one-row, one-column query: the result (to clear) and the value's text. */
+static pb_status_t query_value(PGconn *conn, const char *sql, const char *what, PGresult **res,
+                               pb_error_t *err)
+{
+    *res = PQexec(conn, sql);
+    pb_status_t st = pb_pg_check(conn, *res, PGRES_TUPLES_OK, what, err);
+    if (st != PB_OK)
+        return st;
+    if (PQntuples(*res) != 1 || PQnfields(*res) != 1) {
+        int rows = PQntuples(*res), columns = PQnfields(*res);
+        PQclear(*res);
+        return pb_fail(err, PB_FATAL, "%s: the server returned %d row(s) of %d column(s), not one value",
+                       what, rows, columns);
+    }
+    return PB_OK;
+}
+
+pb_status_t pb_pg_query_bool(PGconn *conn, const char *sql, const char *what, bool *out,
+                             pb_error_t *err)
+{
+    PGresult *res;
+    pb_status_t st = query_value(conn, sql, what, &res, err);
+    if (st != PB_OK)
+        return st;
+    *out = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    return PB_OK;
+}
+
+pb_status_t pb_pg_query_int64(PGconn *conn, const char *sql, const char *what, int64_t *out,
+                              bool *is_null, pb_error_t *err)
+{
+    PGresult *res;
+    pb_status_t st = query_value(conn, sql, what, &res, err);
+    if (st != PB_OK)
+        return st;
+    bool null = PQgetisnull(res, 0, 0);
+    *out = null ? 0 : strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    if (is_null)
+        *is_null = null;
+    PQclear(res);
+    return PB_OK;
 }
 
 void pb_pg_describe(PGconn *conn, char *out, size_t outsz)

@@ -53,6 +53,14 @@ pb_status_t pb_pg_check(PGconn *conn, PGresult *res, ExecStatusType expected, co
 /* Runs a command without parameters or result rows ("BEGIN", "COMMIT", ...). */
 pb_status_t pb_pg_exec(PGconn *conn, const char *sql, pb_error_t *err) PB_MUSTCHECK;
 
+/* Runs a query without parameters that yields one value (one row, one column) and reads it as a
+ * boolean (NULL reads false) or as an integer (*is_null tells a NULL; it may be NULL when the
+ * query cannot yield one). Any other shape is PB_FATAL naming what. */
+pb_status_t pb_pg_query_bool(PGconn *conn, const char *sql, const char *what, bool *out,
+                             pb_error_t *err) PB_MUSTCHECK;
+pb_status_t pb_pg_query_int64(PGconn *conn, const char *sql, const char *what, int64_t *out,
+                              bool *is_null, pb_error_t *err) PB_MUSTCHECK;
+
 /* Pipeline mode (PQenterPipelineMode): queues a statement without parameters, queues a sync
  * point, reads the result of one queued statement (status expect; *out gets it when out is not
  * NULL, else it is cleared), reads a sync point. A statement skipped because an earlier one
