@@ -66,7 +66,8 @@ consume_fresh_db() {
 }
 
 now() { date +%s.%N; }
-median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+# shellcheck source=bench/stats.sh
+. "$SRC/bench/stats.sh"
 rate_of() { sed -n 's/.*seconds: \([0-9.]*\) msgs\/s.*/\1/p' <<<"$1"; }
 last_id_of() { sed -n 's/.*last message_id \([^ ]*\).*/\1/p' <<<"$1"; }
 TICK=$(getconf CLK_TCK)
