@@ -180,8 +180,12 @@ use_least_privilege() {
     out=$("$POSTBOX_BIN" "$@" init --print-grants) || fail "postbox init --print-grants failed"
     psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" -c 'SET client_min_messages = warning' \
         -f - <<<"$out" >/dev/null || fail "the SQL of postbox init --print-grants failed"
-    psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" -f - >/dev/null <<'EOF' || fail "cannot create the test's login roles"
+    # roles belong to the whole server and tests run side by side: one test at a time makes them
+    # (an advisory lock of the admin database; two concurrent ALTER ROLE of one role can fail)
+    psql -XAtq -v ON_ERROR_STOP=1 -d "$PB_ADMIN_DSN" -f - >/dev/null <<'EOF' || fail "cannot create the test's login roles"
 SET client_min_messages = warning;
+BEGIN;
+SELECT pg_advisory_xact_lock(hashtext('postbox integration test roles'));
 DO $$
 DECLARE r text[];
 BEGIN
@@ -199,6 +203,7 @@ BEGIN
         ALTER ROLE pb_it_relay REPLICATION;
     END IF;
 END $$;
+COMMIT;
 EOF
     PB_RELAY_DSN=${POSTBOX_PG_DSN/postgres@/pb_it_relay@}
     PB_CONSUMER_DSN=${POSTBOX_PG_DSN/postgres@/pb_it_consumer@}

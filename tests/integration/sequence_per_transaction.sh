@@ -166,7 +166,7 @@ psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" \
     -c "COMMIT" >/dev/null &
 first=$!
 PB_PIDS+=("$first")
-wait_until "[[ \$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(2)%' AND state = 'active' AND pid <> pg_backend_pid()\") == 1 ]]" 10 ||
+wait_until "[[ \$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(2)%' AND state = 'active' AND datname = current_database() AND pid <> pg_backend_pid()\") == 1 ]]" 10 ||
     fail "the first transaction did not start"
 t0=$(date +%s%N)
 psql_q "BEGIN; SELECT count(postbox.enqueue('wait', 'w', 'e.v1', '{\"tx\": 2}')) FROM generate_series(1, 2); COMMIT;" >/dev/null
