@@ -68,6 +68,9 @@
 
 #define FAC "relay.cdc"
 #define IDLE_TICK_MS 1000
+/* --drain whose marker could not be written: how long the stream may take to reach the WAL
+ * position of the failure before the error is returned anyway */
+#define DRAIN_FAILED_WAIT_MS 30000
 #define DRAIN_PREFIX "postbox-drain"
 #define COMMIT_WAIT_MS 20
 #define FILL_WINDOW_MS 2
@@ -139,6 +142,11 @@ typedef struct cdc_capture {
     uint64_t last_commit_end; /* end LSN of the last Commit read */
     bool drain_marker_sent, drain_marker_seen;
     char drain_nonce[33]; /* the content of this relay's own drain marker */
+    /* the marker could not be written: the error, returned once the stream has passed the WAL
+     * position of that moment (what was committed before is relayed first) */
+    uint64_t drain_failed_lsn;
+    int64_t drain_failed_at;
+    pb_error_t drain_failed_err;
     pb_emit_key_t emit_key; /* verifies the messages of postbox.emit */
     uint64_t n_rejected;
     pb_log_limit_t nontxn_log; /* the warning about non-transactional messages */
@@ -815,8 +823,19 @@ static pb_status_t cdc_drained(pb_capture_t *cap, bool *done, pb_error_t *err)
     /* events set aside that are due are relayed first (those not due stay for later) */
     if (r->deferred_rows && pb_monotonic_ms() >= r->deferred_due_ms)
         return PB_OK;
-    if (r->drain_marker_seen && !r->in_txn && !r->replay && r->b->n == 0 && next_buf(r)->n == 0) {
+    bool idle = !r->in_txn && !r->replay && r->b->n == 0 && next_buf(r)->n == 0;
+    if (r->drain_marker_seen && idle) {
         *done = true;
+        return PB_OK;
+    }
+    if (r->drain_failed_lsn) {
+        uint64_t reached = r->stream.received_lsn > r->stream.keepalive_end
+                               ? r->stream.received_lsn : r->stream.keepalive_end;
+        if ((reached >= r->drain_failed_lsn && idle) ||
+            pb_monotonic_ms() - r->drain_failed_at >= DRAIN_FAILED_WAIT_MS) {
+            *err = r->drain_failed_err;
+            return PB_FATAL;
+        }
         return PB_OK;
     }
     if (r->drain_marker_sent)
@@ -830,9 +849,19 @@ static pb_status_t cdc_drained(pb_capture_t *cap, bool *done, pb_error_t *err)
     PGresult *res = PQexecParams(r->conn, "SELECT postbox.emit_drain_marker($1)", 1, NULL, params,
                                  NULL, NULL, 0);
     pb_status_t st = pb_pg_check(r->conn, res, PGRES_TUPLES_OK, "write the drain marker", err);
-    if (st == PB_FATAL && pb_monotonic_ms() - r->last_event_at < IDLE_TICK_MS)
-        return PB_OK; /* the error once the stream has had nothing for a tick: what was
-                       * committed before is relayed first */
+    if (st == PB_FATAL) {
+        /* the error once the stream has passed what was committed before it */
+        r->drain_failed_err = *err;
+        int64_t lsn = 0;
+        if (pb_pg_query_int64(r->conn, "SELECT pg_current_wal_lsn() - '0/0'", "read the WAL position",
+                              &lsn, NULL, err) != PB_OK || lsn <= 0) {
+            *err = r->drain_failed_err; /* the marker's error is the one to report */
+            return PB_FATAL;
+        }
+        r->drain_failed_lsn = (uint64_t)lsn;
+        r->drain_failed_at = pb_monotonic_ms();
+        return PB_OK;
+    }
     if (st != PB_OK)
         return st;
     PQclear(res);
