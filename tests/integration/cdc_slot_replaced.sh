@@ -51,8 +51,10 @@ start_cdc_relay
 enqueue_seq 3 1 10
 cdc_wait_caught_up 30
 wait_until '(($(queue_count) >= 30))' 30 || fail "only $(queue_count) of 30 events arrived"
-recorded=$(recorded_lsn)
+# the slot's position first: the relay records a position before it confirms it (and an idle
+# relay confirms the WAL that other databases write), so the record read after is never behind
 confirmed=$(slot_confirmed_lsn)
+recorded=$(recorded_lsn)
 [[ -n $recorded ]] || fail "no position recorded in postbox.cdc_slot_positions"
 lsn_le "$confirmed" "$recorded" || fail "the slot confirmed $confirmed, past the recorded $recorded"
 say "recorded position $recorded, slot confirmed $confirmed"

@@ -36,19 +36,19 @@ CONF=(-c "$PB_TMP/postbox.ini")
 
 say "1. stdout sink, cdc.mark_published"
 cdc_create_slot "${CONF[@]}"
-# o-4, o-6 (emitted), o-8 and o-9 wait 5 s; o-9's second event expires at 3 s behind its first
+# o-4, o-6 (emitted), o-8 and o-9 wait 12 s (time for the checks below while they are set aside, even on a busy machine); o-9's second event expires at 3 s behind its first
 {
     echo "BEGIN;"
     echo "SELECT postbox.enqueue('order', 'o-1', 'order.created.v1', '$PAYLOAD', '$HEADERS');"
     echo "SELECT postbox.enqueue('order', 'o-2', 'order.created.v1', '$PAYLOAD', '$HEADERS', p_expires_at => now() - interval '1 s');"
     echo "SELECT postbox.enqueue('order', 'o-3', 'order.odd.v1', '$PAYLOAD', '$HEADERS');"
-    echo "SELECT postbox.enqueue('order', 'o-4', 'order.created.v1', '$PAYLOAD', '$HEADERS', p_available_at => now() + interval '5 s');"
+    echo "SELECT postbox.enqueue('order', 'o-4', 'order.created.v1', '$PAYLOAD', '$HEADERS', p_available_at => now() + interval '12 s');"
     echo "SELECT postbox.enqueue('order', 'o-4', 'order.created.v1', '$PAYLOAD', '$HEADERS');"
     echo "SELECT postbox.emit('order', 'o-5', 'order.created.v1', '$PAYLOAD', '$HEADERS');"
-    echo "SELECT postbox.emit('order', 'o-6', 'order.created.v1', '$PAYLOAD', '$HEADERS', p_available_at => now() + interval '5 s');"
+    echo "SELECT postbox.emit('order', 'o-6', 'order.created.v1', '$PAYLOAD', '$HEADERS', p_available_at => now() + interval '12 s');"
     echo "SELECT postbox.enqueue('order', 'o-7', 'order.kept.v1', '$PAYLOAD');"
-    echo "SELECT postbox.enqueue('order', 'o-8', 'order.odd.v1', '$PAYLOAD', '$HEADERS', p_available_at => now() + interval '5 s');"
-    echo "SELECT postbox.enqueue('order', 'o-9', 'order.created.v1', '$PAYLOAD', '$HEADERS', p_available_at => now() + interval '5 s');"
+    echo "SELECT postbox.enqueue('order', 'o-8', 'order.odd.v1', '$PAYLOAD', '$HEADERS', p_available_at => now() + interval '12 s');"
+    echo "SELECT postbox.enqueue('order', 'o-9', 'order.created.v1', '$PAYLOAD', '$HEADERS', p_available_at => now() + interval '12 s');"
     echo "SELECT postbox.enqueue('order', 'o-9', 'order.created.v1', '$PAYLOAD', '$HEADERS', p_expires_at => now() + interval '3 s');"
     echo "COMMIT;"
 } | psql -XAtq -v ON_ERROR_STOP=1 -d "$POSTBOX_PG_DSN" >/dev/null || fail "cannot write the events"
