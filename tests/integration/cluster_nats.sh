@@ -100,6 +100,10 @@ fi
 finish_stream '[[ $(consumer_state) == "pending=0 ack_pending=0 "* ]]' 'echo "durable consumer $(consumer_state)"'
 in_stream=$(stream_count)
 dup_acks=$(relay_duplicate_acks)
+# a node killed after the last events: the reconnection may come after the stream is complete
+if [[ $relay_node_killed == yes ]]; then
+    wait_until "grep -q 'reconnected to nats' '$PB_RELAY_LOG'" 20 || true
+fi
 relay_reconnects=$(grep -c 'reconnected to nats' "$PB_RELAY_LOG" || true)
 consumer_reconnects=$(grep -c 'reconnected to nats' "$CONSUMER_LOG" || true)
 end_ms=$(now_ms)
