@@ -437,11 +437,11 @@ void pb_judge_redis_bound(pb_check_report_t *r, const char *name, const pb_confi
     char buf[32];
     if (cfg->redis_max_len > 0) {
         pb_check_add(r, PB_CHECK_OK, name,
-                     "every XADD trims its stream to about %lld entries (MAXLEN ~)",
+                     "each batch trims its streams to about %lld entries (XTRIM MAXLEN ~)",
                      (long long)cfg->redis_max_len);
     } else if (cfg->redis_max_age > 0) {
         pb_check_add(r, PB_CHECK_OK, name,
-                     "every XADD trims the entries of its stream older than %s (MINID ~)",
+                     "each batch trims the entries of its streams older than %s (XTRIM MINID ~)",
                      fmt_ms(cfg->redis_max_age, buf, sizeof buf));
     } else {
         pb_check_finding_t *f = pb_check_add(

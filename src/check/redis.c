@@ -1,5 +1,5 @@
 /* Redis: reachable and the credentials accepted (pb_redis_connect, as the sink and the source
- * connect), the bound every XADD carries, and the consumer's streams: missing ones are made with
+ * connect), the bound the sink trims to, and the consumer's streams: missing ones are made with
  * their group at start, a key of another type cannot be read. */
 #include <stdio.h>
 #include <string.h>

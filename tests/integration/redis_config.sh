@@ -8,7 +8,7 @@
 #   3. an unreachable server: the relay keeps running and says it waits for the broker;
 #   4. a stream key that holds another type: Redis refuses the XADD (WRONGTYPE), the event is
 #      dead-lettered with that reason and the other events are published;
-#   5. the bound is on every XADD: MAXLEN trims the stream.
+#   5. the bound holds: MAXLEN trims the stream (an XTRIM per stream and batch).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/redis_lib.sh"
 
@@ -75,7 +75,7 @@ reason=$(psql_q "SELECT reason FROM postbox.dead_letters WHERE aggregate_type = 
 [[ $(stream_len "pb:$PB_TEST:order") == 31 ]] || fail "the other event was not published"
 say "WRONGTYPE: dead-lettered with \"$reason\"; the other event published"
 
-# 5. MAXLEN on every XADD (approximate trimming works in whole nodes of 100 entries)
+# 5. MAXLEN, by the XTRIM after each batch (approximate trimming works in whole nodes of 100 entries)
 redis_cli DEL "pb:$PB_TEST:order" >/dev/null
 enqueue_seq 1 100 1099
 relay_drain 60 --set redis.max_age=0 --set redis.max_len=100
