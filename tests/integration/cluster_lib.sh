@@ -163,19 +163,4 @@ nats_node_kill() { # I: SIGKILL node I (by its recorded pid)
     wait "${NATS_NODE_PID[i]}" 2>/dev/null || true
 }
 
-# ---- Kafka: a mock cluster of three brokers (tools/kafka-mock.c) -------------------------------
-# kafka_cluster_start: a mock cluster of this test's own; POSTBOX_KAFKA_BROKERS and
-# POSTBOX_KAFKA_CONTROL (kafka_control) name it from then on.
-kafka_cluster_start() {
-    : "${POSTBOX_KAFKA_MOCK_BIN:?POSTBOX_KAFKA_MOCK_BIN must name the kafka-mock binary}"
-    local d=$PB_TMP/kafka
-    mkdir -p "$d"
-    "$POSTBOX_KAFKA_MOCK_BIN" --brokers 3 --bootstrap-file "$d/brokers" --control "$d/control" \
-        >"$d/stdout.log" 2>"$d/kafka.log" </dev/null &
-    KAFKA_MOCK_PID=$!
-    PB_PIDS+=("$KAFKA_MOCK_PID")
-    wait_until '[[ -s $d/brokers ]] || ! pid_alive "$KAFKA_MOCK_PID"' 20 && [[ -s $d/brokers ]] ||
-        fail "the kafka mock cluster did not start: $(tail -n 5 "$d/kafka.log")"
-    export POSTBOX_KAFKA_BROKERS=$(<"$d/brokers") POSTBOX_KAFKA_CONTROL=$d/control
-    say "Kafka mock cluster of 3 brokers at $POSTBOX_KAFKA_BROKERS"
-}
+# ---- Kafka: kafka_cluster_start (kafka_lib.sh) -------------------------------------------------

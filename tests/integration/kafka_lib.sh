@@ -38,3 +38,21 @@ kafka_control() {
     [[ -p ${POSTBOX_KAFKA_CONTROL:-} ]] || fail "no control pipe of the kafka mock cluster"
     printf '%s\n' "$*" >"$POSTBOX_KAFKA_CONTROL"
 }
+
+# ---- a mock cluster of three brokers of the test's own (tools/kafka-mock.c) --------------------
+# (a test that injects errors: the shared cluster's errors go to whichever client asks first)
+# kafka_cluster_start: a mock cluster of this test's own; POSTBOX_KAFKA_BROKERS and
+# POSTBOX_KAFKA_CONTROL (kafka_control) name it from then on.
+kafka_cluster_start() {
+    : "${POSTBOX_KAFKA_MOCK_BIN:?POSTBOX_KAFKA_MOCK_BIN must name the kafka-mock binary}"
+    local d=$PB_TMP/kafka
+    mkdir -p "$d"
+    "$POSTBOX_KAFKA_MOCK_BIN" --brokers 3 --bootstrap-file "$d/brokers" --control "$d/control" \
+        >"$d/stdout.log" 2>"$d/kafka.log" </dev/null &
+    KAFKA_MOCK_PID=$!
+    PB_PIDS+=("$KAFKA_MOCK_PID")
+    wait_until '[[ -s $d/brokers ]] || ! pid_alive "$KAFKA_MOCK_PID"' 20 && [[ -s $d/brokers ]] ||
+        fail "the kafka mock cluster did not start: $(tail -n 5 "$d/kafka.log")"
+    export POSTBOX_KAFKA_BROKERS=$(<"$d/brokers") POSTBOX_KAFKA_CONTROL=$d/control
+    say "Kafka mock cluster of 3 brokers at $POSTBOX_KAFKA_BROKERS"
+}

@@ -7,6 +7,9 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/kafka_lib.sh"
 
+# a mock cluster of our own: injected errors go to the next produce requests of any client of
+# the cluster, so on the shared one the other tests running beside would take them
+kafka_cluster_start
 pb_init
 N_AGG=20 PER_AGG=25
 total=$((N_AGG * PER_AGG))
