@@ -36,6 +36,14 @@
  *       (js_PublishMsgAsync, at most MAXPENDING unacknowledged), each with its own Nats-Msg-Id
  *       and the headers the relay sets (event_type, aggregate_type, aggregate_id); waits for
  *       every ack; prints "published N in S seconds: R msgs/s" (exit 1 on any failed ack)
+ *   nats-tool publish-raw URL SUBJECT N SIZE MAXPENDING --rate R [--burst B]
+ *       the broker's latency floor: the same N messages paced at R/s, B at a time (default 10:
+ *       the relay benchmark's producers commit 10 events per transaction, so the broker sees the
+ *       same shape of load), each timed from its js_PublishMsgAsync to its PubAck's arrival in
+ *       the ack handler (monotonic clock); prints one line "paced published=N offered=R burst=B
+ *       achieved=A p50_ms= p99_ms= p999_ms= max_ms= late_max_ms= confirmed_s= max_pending=
+ *       size=" (achieved: N over the time from the start to the last publish; late_max_ms: how
+ *       far a tick started behind its schedule, a delay not in the latencies)
  *   nats-tool fill URL SUBJECT N SIZE MAXPENDING [--sequence]
  *       the consume benchmarks' backlog: N messages as the relay's nats sink writes them, a JSON
  *       body {"pad":"x..."} of SIZE bytes, Nats-Msg-Id a UUID of its own per message, headers
@@ -388,17 +396,33 @@ static pthread_mutex_t raw_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t raw_cv = PTHREAD_COND_INITIALIZER;
 static long raw_acked, raw_failed;
 static char raw_error[256];
+/* publish-raw --rate (NULL otherwise): raw_sent_at[i] the monotonic time message i was handed
+ * to nats.c, raw_lat[] each acknowledged message's publish -> PubAck time; @locks raw_mu */
+static double *raw_sent_at, *raw_lat;
+static long raw_n, raw_n_lat, raw_unmatched;
 
 static void raw_ack(jsCtx *ctx, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
 {
     (void)ctx;
     (void)closure;
+    const double now = now_s(); /* before the lock: the ack's own arrival, not our turn */
     pthread_mutex_lock(&raw_mu);
     raw_acked++;
     if (!pa) {
         if (!raw_failed++)
             snprintf(raw_error, sizeof raw_error, "%s (%s)", natsStatus_GetText(pae->Err),
                      pae->ErrText ? pae->ErrText : "");
+    } else if (raw_sent_at) {
+        /* the message's index is the last group of its Nats-Msg-Id (hex), see cmd_publish_raw */
+        const char *id = NULL, *dash = NULL;
+        char *end = NULL;
+        unsigned long long i = 0;
+        if (natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) == NATS_OK && id && (dash = strrchr(id, '-')))
+            i = strtoull(dash + 1, &end, 16);
+        if (end && end != dash + 1 && *end == '\0' && i < (unsigned long long)raw_n)
+            raw_lat[raw_n_lat++] = now - raw_sent_at[i];
+        else
+            raw_unmatched++;
     }
     pthread_cond_broadcast(&raw_cv);
     pthread_mutex_unlock(&raw_mu);
@@ -407,11 +431,27 @@ static void raw_ack(jsCtx *ctx, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, vo
 
 static int cmd_publish_raw(int argc, char **argv)
 {
-    if (argc != 5)
-        die("usage: publish-raw URL SUBJECT N SIZE MAXPENDING");
+    if (argc < 5)
+        die("usage: publish-raw URL SUBJECT N SIZE MAXPENDING [--rate R [--burst B]]");
     long n = parse_long(argv[2], "N", 1, 100000000);
     long size = parse_long(argv[3], "SIZE", 1, 64 * 1024 * 1024);
     long maxp = parse_long(argv[4], "MAXPENDING", 1, 10000000);
+    long rate = 0, burst = 10;
+    for (int i = 5; i < argc; i++) {
+        if (!strcmp(argv[i], "--rate") && i + 1 < argc)
+            rate = parse_long(argv[++i], "--rate", 1, 10000000);
+        else if (!strcmp(argv[i], "--burst") && i + 1 < argc)
+            burst = parse_long(argv[++i], "--burst", 1, 1000000);
+        else
+            die("unknown option %s", argv[i]);
+    }
+    if (rate) {
+        raw_sent_at = calloc((size_t)n, sizeof *raw_sent_at);
+        raw_lat = malloc((size_t)n * sizeof *raw_lat);
+        if (!raw_sent_at || !raw_lat)
+            die("out of memory");
+        raw_n = n;
+    }
     jsOptions jo;
     jsOptions_Init(&jo);
     jo.PublishAsync.MaxPending = maxp;
@@ -430,9 +470,21 @@ static int cmd_publish_raw(int argc, char **argv)
     jsPubOptions po;
     jsPubOptions_Init(&po);
     po.MaxWait = 30000;
+    /* --rate: message i is due at t0 + (i / burst) / (rate / burst) */
+    const double tick = rate ? (double)burst / (double)rate : 0;
+    double late_max = 0;
     double t0 = now_s();
     for (long i = 0; i < n; i++) {
         char id[64], agg[32];
+        if (rate && i % burst == 0) {
+            const double due = t0 + (double)(i / burst) * tick;
+            sleep_until(due);
+            /* behind schedule (not run in time, or stalled on MAXPENDING): not in the
+             * latencies, which start at the publish; reported apart */
+            const double late = now_s() - due;
+            if (late > late_max)
+                late_max = late;
+        }
         snprintf(id, sizeof id, "%08" PRIx64 "-0000-4000-8000-%012lx", (uint64_t)(seed & 0xffffffffu),
                  (unsigned long)i);
         snprintf(agg, sizeof agg, "agg-%ld", i % 100);
@@ -442,10 +494,17 @@ static int cmd_publish_raw(int argc, char **argv)
         check(natsMsgHeader_Set(m, "aggregate_type", "bench"), "header");
         check(natsMsgHeader_Set(m, "aggregate_id", agg), "header");
         po.MsgId = id;
+        if (rate) {
+            /* under the lock: the ack handler reads it on nats.c's thread */
+            pthread_mutex_lock(&raw_mu);
+            raw_sent_at[i] = now_s();
+            pthread_mutex_unlock(&raw_mu);
+        }
         natsStatus s = js_PublishMsgAsync(js, &m, &po);
         natsMsg_Destroy(m);
         check(s, "publish");
     }
+    const double t_pub = now_s();
     pthread_mutex_lock(&raw_mu);
     while (raw_acked < n)
         pthread_cond_wait(&raw_cv, &raw_mu);
@@ -453,7 +512,22 @@ static int cmd_publish_raw(int argc, char **argv)
     double t1 = now_s();
     if (raw_failed)
         die("%ld of %ld acks failed, e.g. %s", raw_failed, n, raw_error);
-    printf("published %ld in %.3f seconds: %.0f msgs/s\n", n, t1 - t0, (double)n / (t1 - t0));
+    if (rate) {
+        if (raw_unmatched || raw_n_lat != n)
+            die("%ld of %ld acks could not be matched to their message (Nats-Msg-Id)", n - raw_n_lat, n);
+        lat_summary_t l = lat_summarise(raw_lat, (size_t)raw_n_lat);
+        /* achieved: as bench/relay-cdc's for its producers, the messages over the time from
+         * the common start to the end of the last publish */
+        printf("paced published=%ld offered=%ld burst=%ld achieved=%.0f p50_ms=%.3f p99_ms=%.3f "
+               "p999_ms=%.3f max_ms=%.3f late_max_ms=%.3f confirmed_s=%.3f max_pending=%ld size=%ld\n",
+               n, rate, burst, (double)n / (t_pub - t0), l.p50, l.p99, l.p999, l.max,
+               late_max * 1000.0, t1 - t0, maxp, size);
+        free(raw_sent_at);
+        free(raw_lat);
+        raw_sent_at = raw_lat = NULL;
+    } else {
+        printf("published %ld in %.3f seconds: %.0f msgs/s\n", n, t1 - t0, (double)n / (t1 - t0));
+    }
     free(body);
     close_all();
     return 0;
