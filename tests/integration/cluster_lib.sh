@@ -20,18 +20,38 @@ produce_tx() { # K: event K of every aggregate, one transaction
               FROM generate_series(1, $N_AGG) a" >/dev/null || fail "producer transaction $1 failed"
 }
 # The producer: a steady stream of transactions, one event of every aggregate each (seq = the
-# transaction's number), about 20 a second; its progress in $PB_TMP/produced.
+# transaction's number), about 20 a second; its progress in $PB_TMP/produced (renamed into place,
+# so that a reader never finds it empty).
 producer() {
     local k
     for ((k = 1; k <= N_TX; k++)); do
         produce_tx "$k"
-        echo "$k" >"$PB_TMP/produced"
+        echo "$k" >"$PB_TMP/produced.new"
+        mv -f "$PB_TMP/produced.new" "$PB_TMP/produced"
         sleep 0.03
     done
 }
 produced() { cat "$PB_TMP/produced" 2>/dev/null || echo 0; }
-wait_produced() { # K: until the producer committed transaction K
-    wait_until "(( \$(produced) >= $1 ))" 60 || fail "the producer is stuck at transaction $(produced)"
+
+# wait_progress DONE COUNT SECONDS: evaluates DONE every 0.2 s until it succeeds; fails when the
+# number COUNT prints stood still for SECONDS meanwhile. A stream that stopped fails as before;
+# one that a loaded machine only slows down (each producer transaction is a psql of its own:
+# 140 ms apiece beside two other ASan tests, more at a load of 5) does not fail on the time its
+# whole length takes.
+wait_progress() {
+    local done=$1 count=$2 secs=$3 last= c since now
+    since=$(now_ms)
+    until eval "$done"; do
+        c=$(eval "$count")
+        now=$(now_ms)
+        if [[ $c != "$last" ]]; then last=$c since=$now; fi
+        ((now - since < secs * 1000)) || return 1
+        sleep 0.2
+    done
+}
+wait_produced() { # K: until the producer committed transaction K; fails when it commits none for 60 s
+    wait_progress "(( \$(produced) >= $1 ))" produced 60 ||
+        fail "the producer is stuck at transaction $(produced) (none committed for 60 s)"
 }
 start_producer() { # the producer in the background: PRODUCER_PID
     producer &
@@ -83,9 +103,11 @@ start_sampler() {
 finish_stream() {
     wait "$PRODUCER_PID" || fail "the producer failed"
     say "the producer committed $N_TX transactions in $(($(now_ms) - t_start)) ms"
-    wait_until '(( $(pending_count) == 0 ))' 60 || fail "$(pending_count) events still pending 60 s after the last transaction"
+    wait_progress '(( $(pending_count) == 0 ))' pending_count 60 ||
+        fail "$(pending_count) events still pending, none published for 60 s"
     publish_ms=$(($(now_ms) - t_start))
-    wait_until '(( $(effects) >= total ))' 60 || { tail -n 20 "$CONSUMER_LOG" >&2; fail "only $(effects) of $total effects 60 s after the relay finished"; }
+    wait_progress '(( $(effects) >= total ))' effects 60 ||
+        { tail -n 20 "$CONSUMER_LOG" >&2; fail "only $(effects) of $total effects, none new for 60 s"; }
     wait_until "$1" 30 || fail "the consumer's broker side is not drained: $(eval "$2")"
     stop_relay
     ((RELAY_RC == 0)) || fail "the relay exited with $RELAY_RC on SIGTERM"

@@ -9,17 +9,34 @@ source "$(dirname "$0")/redis_lib.sh"
 
 export POSTBOX_REDIS_MAX_LEN=100000 POSTBOX_REDIS_MAX_AGE=0
 export POSTBOX_CONSUME_SOURCE=redis POSTBOX_REDIS_STREAMS=pb:$PB_TEST:order POSTBOX_CONSUME_HANDLER="SELECT 1"
-port=$(free_port)
-export POSTBOX_REDIS_URL=redis://127.0.0.1:$port/0
 mkdir -p "$PB_TMP/redis"
-start_redis() { # CLUSTER_ENABLED (yes|no)
-    redis-server --bind 127.0.0.1 --port "$port" --dir "$PB_TMP/redis" --daemonize no --save "" \
-        --appendonly no --cluster-enabled "$1" --cluster-config-file "$PB_TMP/redis/nodes.conf" \
-        >>"$PB_TMP/redis/server.log" 2>&1 </dev/null &
-    REDIS_PID=$!
-    PB_PIDS+=("$REDIS_PID")
-    wait_until 'redis-cli -h 127.0.0.1 -p "$port" PING 2>/dev/null | grep -q PONG' 10 ||
-        fail "our redis-server (cluster-enabled $1) did not start: $(tail -n 5 "$PB_TMP/redis/server.log")"
+use_port() { # PORT: our server's port, and the URL the relay and the consumer use
+    port=$1
+    export POSTBOX_REDIS_URL=redis://127.0.0.1:$port/0
+}
+use_port "$(free_port)"
+redis_answers() { timeout 10 redis-cli -h 127.0.0.1 -p "$port" PING 2>/dev/null | grep -q PONG; }
+# start_redis CLUSTER_ENABLED (yes|no): our redis-server, waited for until it answers PING (up to
+# 120 s: a loaded machine only delays it). In cluster mode it also listens on a cluster bus port,
+# by default the port + 10000, which may be in the kernel's ephemeral range and held by another
+# test's connection: the bus gets a free port of its own. A server that exits at start (a port
+# taken since free_port looked) is started again on other ports, up to 3 times.
+start_redis() {
+    local attempt bus
+    for attempt in 1 2 3; do
+        bus=$(free_port)
+        redis-server --bind 127.0.0.1 --port "$port" --dir "$PB_TMP/redis" --daemonize no --save "" \
+            --appendonly no --cluster-enabled "$1" --cluster-config-file "$PB_TMP/redis/nodes.conf" \
+            --cluster-port "$bus" >>"$PB_TMP/redis/server.log" 2>&1 </dev/null &
+        REDIS_PID=$!
+        PB_PIDS+=("$REDIS_PID")
+        wait_until 'redis_answers || ! pid_alive "$REDIS_PID"' 120 || break
+        if pid_alive "$REDIS_PID"; then return 0; fi
+        wait "$REDIS_PID" 2>/dev/null || true
+        say "attempt $attempt: our redis-server (cluster-enabled $1) on ports $port and $bus exited at start: $(tail -n 2 "$PB_TMP/redis/server.log" | tr '\n' ' ')"
+        use_port "$(free_port)"
+    done
+    fail "our redis-server (cluster-enabled $1) did not start: $(tail -n 5 "$PB_TMP/redis/server.log")"
 }
 
 start_redis yes

@@ -31,15 +31,21 @@ psql_q "CREATE TABLE effects (n bigserial PRIMARY KEY, id text NOT NULL, agg tex
         GRANT INSERT ON effects TO pb_it_consumer; GRANT USAGE ON SEQUENCE effects_n_seq TO pb_it_consumer" >/dev/null
 
 say "an inbox of $N_OLD rows of consumer mig and $N_OTHER of another, received over 10 days"
-# old ids: k % 4 = 0 a UUIDv4 (no time), else a UUIDv7 of k minutes * 0.48 back (10 days)
+# old ids: k % 4 = 0 a UUIDv4 (no time), else a UUIDv7 of k minutes * 0.48 back (10 days). The
+# purge at the end takes what is older than 9 days then: rows k * 28.8 s old are 28.8 s apart, so
+# one crossed that boundary during a slow run between the purge and the count of what it should
+# have taken (2,700 of 2,701). The ages within 15 minutes of 9 days move 30 minutes back: no row
+# is within 15 minutes of the boundary as long as the test runs (ctest stops it at 10).
 psql_q "CREATE TABLE old_ids AS
         SELECT k, CASE WHEN k % 4 = 0 THEN gen_random_uuid()::text
                        ELSE substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-7' || substr(r, 1, 3)
                             || '-8' || substr(r, 4, 3) || '-' || substr(r, 7, 12) END AS id,
-               k % 10 = 0 AS dead, now() - k * interval '28.8 seconds' AS at
+               k % 10 = 0 AS dead, now() - age AS at
         FROM generate_series(1, $N_OLD) k,
-             LATERAL (SELECT lpad(to_hex((extract(epoch FROM now() - k * interval '28.8 seconds')
-                                          * 1000)::bigint), 12, '0') AS h,
+             LATERAL (SELECT k * interval '28.8 seconds'
+                             + CASE WHEN k * interval '28.8 seconds' > interval '9 days' - interval '15 minutes'
+                                    THEN interval '30 minutes' ELSE interval '0' END AS age) a,
+             LATERAL (SELECT lpad(to_hex((extract(epoch FROM now() - age) * 1000)::bigint), 12, '0') AS h,
                              md5(k::text || random()::text) AS r) x;
         INSERT INTO postbox.inbox (consumer, message_id, message_type, received_at, processed_at)
         SELECT 'mig', id, 'old.v1', at, CASE WHEN NOT dead THEN at END FROM old_ids;
@@ -188,5 +194,8 @@ out=$("$POSTBOX_BIN" purge --older-than 9d --inbox-only 2>&1) || fail "postbox p
 gone=$(psql_q "SELECT count(*) FROM old_ids o WHERE NOT EXISTS (
                    SELECT 1 FROM postbox.inbox i WHERE i.consumer = 'mig' AND i.message_id = o.id)")
 want_gone=$(psql_q "SELECT count(*) FROM old_ids WHERE at < now() - interval '9 days' AND NOT dead")
+near=$(psql_q "SELECT count(*) FROM old_ids WHERE at BETWEEN now() - interval '9 days' - interval '1 minute'
+                                                      AND now() - interval '9 days' + interval '1 minute'")
+((near == 0)) || fail "$near old rows within a minute of the purge's 9-day boundary: the count would depend on when it runs"
 ((gone == want_gone && gone > 0)) || fail "postbox purge took $gone old rows, expected the $want_gone handled ones older than 9 days: $out"
 say "PASS: $N_OLD old rows moved online; 2000 copies duplicates; $total_new new events once, in order"

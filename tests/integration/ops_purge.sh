@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Retention: `postbox purge --older-than 7d` on 1,000,000 old published outbox rows (and old inbox
-# rows) deletes them without any transaction longer than one second, measured from another
-# session that samples pg_stat_activity every 100 ms; recent, pending and dead rows stay. Then the
-# relay's periodic purge (relay.retention) removes old rows by itself.
+# rows) deletes them in short transactions, measured from another session that samples
+# pg_stat_activity every 100 ms: none is open longer than one second, or than a tenth of the whole
+# purge when a loaded machine makes that longer than 10 s; recent, pending and dead rows stay.
+# Then the relay's periodic purge (relay.retention) removes old rows by itself.
 source "$(dirname "$0")/lib.sh"
 
 N_OLD=${PB_PURGE_ROWS:-1000000}
@@ -50,9 +51,17 @@ wait "$WATCHER" 2>/dev/null || true
 sed 's/^/  /' "$PB_TMP/purge.out"
 samples=$(grep -c . "$WATCH")
 max_age=$(sort -g "$WATCH" | tail -1)
-say "purge took $ms ms; $samples samples of pg_stat_activity; longest purge transaction seen: ${max_age:-0} s"
+# What the limit proves: the purge runs in many short transactions, not in one (or one per
+# table), which would be open for most of the purge. One second says so on an idle machine
+# (about 240 batches in 9 s under ASan; the longest 0.3 s), but on a loaded one every batch
+# slows down with the whole purge (one was open 1.11 s beside two other ASan tests): the limit
+# grows with the purge's duration, a tenth of it, which one transaction per table still exceeds
+# (the longer of the two is open for half the purge or more).
+limit=$(awk -v ms="$ms" 'BEGIN { l = ms / 10000; printf "%.3f", (l > 1 ? l : 1) }')
+say "purge took $ms ms; $samples samples of pg_stat_activity; longest purge transaction seen: ${max_age:-0} s (limit $limit s)"
 ((samples >= 5)) || fail "too few samples ($samples) to judge the transaction length"
-awk -v m="${max_age:-0}" 'BEGIN { exit !(m < 1.0) }' || fail "a purge transaction was open for $max_age s (limit 1 s)"
+awk -v m="${max_age:-0}" -v l="$limit" 'BEGIN { exit !(m < l) }' ||
+    fail "a purge transaction was open for $max_age s (limit $limit s: 1 s or a tenth of the purge's $ms ms)"
 grep -q "postbox.outbox_published: deleted $N_OLD rows" "$PB_TMP/purge.out" || fail "the purge did not delete $N_OLD outbox rows"
 grep -q "postbox.inbox: deleted 200000 rows" "$PB_TMP/purge.out" || fail "the purge did not delete 200,000 inbox rows"
 [[ $(psql_q "SELECT count(*) FROM postbox.outbox_published") == 1000 && $(psql_q "SELECT count(*) FROM postbox.outbox") == 100 ]] ||
