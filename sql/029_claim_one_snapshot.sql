@@ -1,44 +1,68 @@
 -- postbox schema, version 29: the claim reads the outbox in one snapshot.
 --
--- With ids in flight, the claim of version 19 walked the gaps between their ranges with one
--- statement per gap, and in a VOLATILE function each statement takes a snapshot of its own. A
--- producer transaction that committed between two of those reads an event whose id lies in an
--- earlier gap (the id was taken before the batches in flight were claimed), and the next event
--- of its aggregate in a later gap, had the later event returned without the earlier one: the
--- relay published the two out of order (tests/integration/claim_gap_snapshot.sh forces that
--- interleaving).
+-- With ids in flight, the claim walks the gaps between their ranges, one statement per gap, and
+-- in a VOLATILE function each statement reads the outbox as committed when it starts. A producer
+-- transaction that committed between two of those reads an event whose id lies in an earlier
+-- gap (the id was drawn before the batches in flight were claimed) and the next event of its
+-- aggregate in a later gap had the later event returned without the earlier one: the relay
+-- published the two out of order (tests/integration/claim_gap_snapshot.sh forces that
+-- interleaving, with nothing waiting and with an event waiting).
 --
--- Now each path returns its rows from one statement: the gaps (at most nine) are the branches
--- of one UNION ALL, merged in id order, each an index range scan as before, so the rows in
--- flight are still not walked over. The path taken when something waits reads in a loop of
--- statements; it moves to postbox.claim_waiting, a STABLE function, whose statements all read
--- the snapshot of the one statement that calls it; postbox.claim then parks the rows it
--- returned behind a waiting event, as before (an UPDATE is not allowed in a STABLE function).
--- The result type of postbox.claim is unchanged.
+-- The claim is now STABLE: every statement of a STABLE function reads the snapshot of the
+-- statement that calls it (the relay's SELECT ... FROM postbox.claim(...)), so all its reads
+-- agree, and the hot path is as before (one index range scan per gap). The one write, setting
+-- aside the rows parked behind a waiting event of their aggregate, cannot run in a STABLE
+-- function: it moves to postbox.claim_park, VOLATILE, called once after every read. The claim is
+-- called once per statement from FROM, as the relay does; its result type is unchanged.
 
--- The rows of a claim when something waits, each with the time it is parked until (NULL: not
--- parked). p_rows: the query of the owned shards' ready rows (as composed by postbox.claim),
--- NULL for every shard.
-CREATE FUNCTION postbox.claim_waiting(p_limit integer, p_in_flight int8multirange, p_rows text)
+-- Parks the claimed rows p_ids behind the waiting events of their aggregates until p_until. (A
+-- body as a string: the table is looked up by name when it runs, so the partitioned layout's
+-- switch to a new postbox.outbox needs no new function.)
+CREATE FUNCTION postbox.claim_park(p_ids bigint[], p_until timestamptz[])
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, postbox, pg_temp
+AS $$
+    UPDATE postbox.outbox o SET waiting = true, next_attempt_at = p.until
+    FROM unnest(p_ids, p_until) AS p(id, until) WHERE o.id = p.id;
+$$;
+
+CREATE OR REPLACE FUNCTION postbox.claim(p_limit integer, p_shards integer, p_owned integer[],
+                              p_in_flight int8multirange)
 RETURNS TABLE (id bigint, event_id uuid, aggregate_type text, aggregate_id text,
                event_type text, payload text, headers text, destination text,
                created_at_us bigint, attempts integer, parked boolean, sequence bigint,
-               available_at_us bigint, expires_at_us bigint, park_until timestamptz)
+               available_at_us bigint, expires_at_us bigint)
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off
 SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 SET search_path = pg_catalog, postbox, pg_temp
 AS $fn$
 DECLARE
+    -- a read found a waiting row: the reads from here on ask, per candidate, whether an
+    -- earlier event of its aggregate waits
+    v_waiting boolean := false;
+    v_shards  integer[];
+    v_rows    text;
     r         record;
     c         refcursor;
+    v_park    bigint[] := '{}';
+    v_until   timestamptz[] := '{}';
     v_ranges  int8range[] := ARRAY(SELECT x FROM unnest(p_in_flight) x);  -- in id order
-    v_gaps    boolean := p_rows IS NULL AND cardinality(v_ranges) <= 8;
+    v_gaps    boolean := false;  -- walking the gaps between the ranges in flight
     v_from    bigint := -9223372036854775808;  -- the gap being walked starts here
     v_last    bigint;                          -- and ends here
     v_left    integer := p_limit;
+    v_n       integer;
     v_i       integer := 0;
-    -- the rows of the ready query (%s), with the retry time of the event each waits behind (%s)
+    v_done    boolean;
+    -- Sharded claims are composed per call: the shard index serves only a query naming the
+    -- shard count as a constant. $1 p_limit, $2 p_in_flight.
+    v_ready   constant text :=
+        'SELECT o.* FROM postbox.outbox o '
+        'WHERE o.published_at IS NULL AND NOT o.waiting AND NOT ($2 @> o.id) AND %s '
+        'ORDER BY o.id LIMIT $1';
+    -- the rows of v_ready's %s, with the retry time of the event each waits behind (%s)
     v_read    constant text := $q$
         SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,
                o.payload::text AS payload, o.headers::text AS headers, o.destination,
@@ -62,20 +86,108 @@ DECLARE
            AND b.aggregate_id = o.aggregate_id AND b.id < o.id
          ORDER BY b.id DESC LIMIT 1) END$q$;
 BEGIN
-    -- The gaps between the ranges in flight, in id order, each one index range scan: gap i ends
+    IF p_limit IS NULL OR p_limit <= 0 THEN
+        RETURN;
+    END IF;
+    IF p_shards > 1 THEN
+        SELECT coalesce(array_agg(DISTINCT s ORDER BY s), '{}') INTO v_shards
+        FROM unnest(p_owned) s WHERE s >= 0 AND s < p_shards;
+        IF cardinality(v_shards) = 0 THEN
+            RETURN;
+        END IF;
+    END IF;
+
+    IF p_shards <= 1 OR cardinality(v_shards) = p_shards THEN
+        -- every shard: static statements, planned once per session; this is the hot path
+        v_gaps := cardinality(v_ranges) <= 8;
+        IF NOT v_gaps THEN
+            RETURN QUERY
+            SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,
+                   o.payload::text, o.headers::text, o.destination,
+                   (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts, false,
+                   o.sequence, (extract(epoch FROM o.available_at) * 1000000)::bigint,
+                   (extract(epoch FROM o.expires_at) * 1000000)::bigint
+            FROM postbox.outbox o
+            WHERE o.published_at IS NULL AND NOT o.waiting AND NOT (p_in_flight @> o.id)
+              AND NOT EXISTS (SELECT FROM postbox.outbox w WHERE w.waiting)
+            ORDER BY o.id LIMIT p_limit;
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            -- no row: nothing ready, or something waits (the filter): ask which
+            IF v_n > 0 OR NOT EXISTS (SELECT FROM postbox.outbox w WHERE w.waiting) THEN
+                RETURN;
+            END IF;
+            v_waiting := true;
+        END IF;
+    ELSE
+        IF cardinality(v_shards) <= 16 AND EXISTS (
+                SELECT FROM pg_index i
+                WHERE i.indexrelid = to_regclass('postbox.' || postbox.shard_index_name(p_shards))
+                  AND i.indisvalid) THEN
+            -- one walk of the shard index per owned shard, merged in id order (Merge Append):
+            -- the batch plus one descent per owned shard. Planning costs about 0.1 ms per
+            -- owned shard, hence the cap: an instance owning more shards than that owns a large
+            -- part of them, and walks the ready rows of every shard like one without the index.
+            SELECT 'SELECT o.* FROM (' ||
+                   string_agg(format('(' || v_ready || ')',
+                                     format('postbox.shard_of(o.aggregate_type, o.aggregate_id, %s) = %s',
+                                            p_shards, s)), ' UNION ALL ' ORDER BY s) ||
+                   ') o ORDER BY o.id LIMIT $1'
+            INTO v_rows FROM unnest(v_shards) s;
+        ELSE
+            -- no index for this shard count (yet), or many shards owned: every shard's rows
+            -- are walked
+            v_rows := format(v_ready, format(
+                'postbox.shard_of(o.aggregate_type, o.aggregate_id, %s) = ANY(%L::integer[])',
+                p_shards, v_shards));
+        END IF;
+        RETURN QUERY EXECUTE format(
+            'SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, '
+            'destination, created_at_us, attempts, false, sequence, available_at_us, '
+            'expires_at_us FROM (' || v_read || ') c '
+            'WHERE NOT EXISTS (SELECT FROM postbox.outbox w WHERE w.waiting)',
+            'NULL::timestamptz', v_rows) USING p_limit, p_in_flight;
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        IF v_n > 0 OR NOT EXISTS (SELECT FROM postbox.outbox w WHERE w.waiting) THEN
+            RETURN;
+        END IF;
+        v_waiting := true;
+    END IF;
+
+    -- The gaps between the ranges in flight, in id order, each one index range scan, so that
+    -- the rows in flight are not walked over (a relay has up to three batches out): gap i ends
     -- before range i; the last one (i = n + 1) is open at the top. Otherwise one walk: the rows
-    -- not in flight of every shard (more than 8 ranges) or of the shards owned (p_rows).
+    -- not in flight of every shard (more than 8 ranges) or of the shards owned.
     LOOP
         v_i := v_i + 1;
         IF v_gaps THEN
             v_last := CASE WHEN v_i <= cardinality(v_ranges) THEN lower(v_ranges[v_i]) - 1
                            ELSE 9223372036854775807 END;
         END IF;
-        IF NOT v_gaps OR v_last IS NOT NULL THEN
+        v_done := false;
+        IF v_gaps AND v_last IS NOT NULL AND NOT v_waiting THEN
+            RETURN QUERY
+            SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,
+                   o.payload::text, o.headers::text, o.destination,
+                   (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts,
+                   false, o.sequence, (extract(epoch FROM o.available_at) * 1000000)::bigint,
+                   (extract(epoch FROM o.expires_at) * 1000000)::bigint
+            FROM postbox.outbox o
+            WHERE o.published_at IS NULL AND NOT o.waiting
+              AND o.id BETWEEN v_from AND v_last
+              AND NOT EXISTS (SELECT FROM postbox.outbox w WHERE w.waiting)
+            ORDER BY o.id LIMIT v_left;
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            v_left := v_left - v_n;
+            -- no row: nothing ready in this gap, or something waits now; then the gap again,
+            -- the other way
+            v_done := v_n > 0 OR NOT EXISTS (SELECT FROM postbox.outbox w WHERE w.waiting);
+            v_waiting := NOT v_done;
+        END IF;
+        IF NOT v_done AND (NOT v_gaps OR v_last IS NOT NULL) THEN
             -- something waits: each row is returned with whether it is parked behind a waiting
             -- event of its aggregate
-            IF NOT v_gaps AND p_rows IS NOT NULL THEN
-                OPEN c FOR EXECUTE format(v_keys || v_read, v_blocked, p_rows) USING p_limit, p_in_flight;
+            IF NOT v_gaps AND v_rows IS NOT NULL THEN
+                OPEN c FOR EXECUTE format(v_keys || v_read, v_blocked, v_rows) USING p_limit, p_in_flight;
             ELSIF NOT v_gaps THEN
                 OPEN c FOR
                     WITH wk AS MATERIALIZED (
@@ -130,7 +242,10 @@ BEGIN
                 parked := r.blocked_until IS NOT NULL;
                 sequence := r.sequence;
                 available_at_us := r.available_at_us; expires_at_us := r.expires_at_us;
-                park_until := CASE WHEN parked THEN greatest(r.next_attempt_at, r.blocked_until) END;
+                IF parked THEN
+                    v_park := v_park || r.id;
+                    v_until := v_until || greatest(r.next_attempt_at, r.blocked_until);
+                END IF;
                 v_left := v_left - 1;
                 RETURN NEXT;
             END LOOP;
@@ -140,193 +255,9 @@ BEGIN
                   OR upper(v_ranges[v_i]) IS NULL;
         v_from := upper(v_ranges[v_i]);
     END LOOP;
-END
-$fn$;
-
-CREATE OR REPLACE FUNCTION postbox.claim(p_limit integer, p_shards integer, p_owned integer[],
-                              p_in_flight int8multirange)
-RETURNS TABLE (id bigint, event_id uuid, aggregate_type text, aggregate_id text,
-               event_type text, payload text, headers text, destination text,
-               created_at_us bigint, attempts integer, parked boolean, sequence bigint,
-               available_at_us bigint, expires_at_us bigint)
-LANGUAGE plpgsql
-SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off
-SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
-SET search_path = pg_catalog, postbox, pg_temp
-AS $fn$
-DECLARE
-    v_shards  integer[];
-    v_rows    text;
-    v_ranges  int8range[];
-    v_range   int8range;
-    v_lo      bigint[] := '{}';  -- the gaps between the ranges in flight: [v_lo[i], v_hi[i]]
-    v_hi      bigint[] := '{}';
-    v_from    bigint := -9223372036854775808;
-    v_n       integer;
-    v_row     record;
-    v_park    bigint[] := '{}';
-    v_until   timestamptz[] := '{}';
-    -- Sharded claims are composed per call: the shard index serves only a query naming the
-    -- shard count as a constant. $1 p_limit, $2 p_in_flight.
-    v_ready   constant text :=
-        'SELECT o.* FROM postbox.outbox o '
-        'WHERE o.published_at IS NULL AND NOT o.waiting AND NOT ($2 @> o.id) AND %s '
-        'ORDER BY o.id LIMIT $1';
-    -- the rows of v_ready's %s (as claim_waiting reads them; %s: NULL::timestamptz)
-    v_read    constant text := $q$
-        SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,
-               o.payload::text AS payload, o.headers::text AS headers, o.destination,
-               (extract(epoch FROM o.created_at) * 1000000)::bigint AS created_at_us,
-               o.attempts, o.next_attempt_at, %s AS blocked_until, o.sequence,
-               (extract(epoch FROM o.available_at) * 1000000)::bigint AS available_at_us,
-               (extract(epoch FROM o.expires_at) * 1000000)::bigint AS expires_at_us
-        FROM (%s) o ORDER BY o.id$q$;
-BEGIN
-    IF p_limit IS NULL OR p_limit <= 0 THEN
-        RETURN;
-    END IF;
-    IF p_shards > 1 THEN
-        SELECT coalesce(array_agg(DISTINCT s ORDER BY s), '{}') INTO v_shards
-        FROM unnest(p_owned) s WHERE s >= 0 AND s < p_shards;
-        IF cardinality(v_shards) = 0 THEN
-            RETURN;
-        END IF;
-    END IF;
-
-    -- While nothing waits (a one-time filter of each statement), the ready rows, in one statement.
-    IF p_shards <= 1 OR cardinality(v_shards) = p_shards THEN
-        -- every shard: static statements, planned once per session; this is the hot path
-        v_ranges := ARRAY(SELECT x FROM unnest(p_in_flight) x);  -- in id order
-        IF cardinality(v_ranges) <= 8 THEN
-            -- the gaps between the ranges in flight (a relay has up to three batches out), so
-            -- that the rows in flight are not walked over; unused branches get empty gaps
-            FOREACH v_range IN ARRAY v_ranges LOOP
-                IF lower(v_range) IS NOT NULL AND lower(v_range) > v_from THEN
-                    v_lo := v_lo || v_from;
-                    v_hi := v_hi || (lower(v_range) - 1);
-                END IF;
-                v_from := upper(v_range);
-                EXIT WHEN v_from IS NULL;
-            END LOOP;
-            IF v_from IS NOT NULL THEN
-                v_lo := v_lo || v_from;
-                v_hi := v_hi || 9223372036854775807;
-            END IF;
-            WHILE cardinality(v_lo) < 9 LOOP
-                v_lo := v_lo || 1::bigint;
-                v_hi := v_hi || 0::bigint;
-            END LOOP;
-            RETURN QUERY
-            SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,
-                   o.payload::text, o.headers::text, o.destination,
-                   (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts,
-                   false, o.sequence, (extract(epoch FROM o.available_at) * 1000000)::bigint,
-                   (extract(epoch FROM o.expires_at) * 1000000)::bigint
-            FROM (
-              (SELECT o.* FROM postbox.outbox o
-               WHERE o.published_at IS NULL AND NOT o.waiting AND o.id BETWEEN v_lo[1] AND v_hi[1]
-               ORDER BY o.id LIMIT p_limit)
-              UNION ALL
-              (SELECT o.* FROM postbox.outbox o
-               WHERE o.published_at IS NULL AND NOT o.waiting AND o.id BETWEEN v_lo[2] AND v_hi[2]
-               ORDER BY o.id LIMIT p_limit)
-              UNION ALL
-              (SELECT o.* FROM postbox.outbox o
-               WHERE o.published_at IS NULL AND NOT o.waiting AND o.id BETWEEN v_lo[3] AND v_hi[3]
-               ORDER BY o.id LIMIT p_limit)
-              UNION ALL
-              (SELECT o.* FROM postbox.outbox o
-               WHERE o.published_at IS NULL AND NOT o.waiting AND o.id BETWEEN v_lo[4] AND v_hi[4]
-               ORDER BY o.id LIMIT p_limit)
-              UNION ALL
-              (SELECT o.* FROM postbox.outbox o
-               WHERE o.published_at IS NULL AND NOT o.waiting AND o.id BETWEEN v_lo[5] AND v_hi[5]
-               ORDER BY o.id LIMIT p_limit)
-              UNION ALL
-              (SELECT o.* FROM postbox.outbox o
-               WHERE o.published_at IS NULL AND NOT o.waiting AND o.id BETWEEN v_lo[6] AND v_hi[6]
-               ORDER BY o.id LIMIT p_limit)
-              UNION ALL
-              (SELECT o.* FROM postbox.outbox o
-               WHERE o.published_at IS NULL AND NOT o.waiting AND o.id BETWEEN v_lo[7] AND v_hi[7]
-               ORDER BY o.id LIMIT p_limit)
-              UNION ALL
-              (SELECT o.* FROM postbox.outbox o
-               WHERE o.published_at IS NULL AND NOT o.waiting AND o.id BETWEEN v_lo[8] AND v_hi[8]
-               ORDER BY o.id LIMIT p_limit)
-              UNION ALL
-              (SELECT o.* FROM postbox.outbox o
-               WHERE o.published_at IS NULL AND NOT o.waiting AND o.id BETWEEN v_lo[9] AND v_hi[9]
-               ORDER BY o.id LIMIT p_limit)
-            ) o
-            WHERE NOT EXISTS (SELECT FROM postbox.outbox w WHERE w.waiting)
-            ORDER BY o.id LIMIT p_limit;
-        ELSE
-            RETURN QUERY
-            SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,
-                   o.payload::text, o.headers::text, o.destination,
-                   (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts, false,
-                   o.sequence, (extract(epoch FROM o.available_at) * 1000000)::bigint,
-                   (extract(epoch FROM o.expires_at) * 1000000)::bigint
-            FROM postbox.outbox o
-            WHERE o.published_at IS NULL AND NOT o.waiting AND NOT (p_in_flight @> o.id)
-              AND NOT EXISTS (SELECT FROM postbox.outbox w WHERE w.waiting)
-            ORDER BY o.id LIMIT p_limit;
-        END IF;
-    ELSE
-        IF cardinality(v_shards) <= 16 AND EXISTS (
-                SELECT FROM pg_index i
-                WHERE i.indexrelid = to_regclass('postbox.' || postbox.shard_index_name(p_shards))
-                  AND i.indisvalid) THEN
-            -- one walk of the shard index per owned shard, merged in id order (Merge Append):
-            -- the batch plus one descent per owned shard. Planning costs about 0.1 ms per
-            -- owned shard, hence the cap: an instance owning more shards than that owns a large
-            -- part of them, and walks the ready rows of every shard like one without the index.
-            SELECT 'SELECT o.* FROM (' ||
-                   string_agg(format('(' || v_ready || ')',
-                                     format('postbox.shard_of(o.aggregate_type, o.aggregate_id, %s) = %s',
-                                            p_shards, s)), ' UNION ALL ' ORDER BY s) ||
-                   ') o ORDER BY o.id LIMIT $1'
-            INTO v_rows FROM unnest(v_shards) s;
-        ELSE
-            -- no index for this shard count (yet), or many shards owned: every shard's rows
-            -- are walked
-            v_rows := format(v_ready, format(
-                'postbox.shard_of(o.aggregate_type, o.aggregate_id, %s) = ANY(%L::integer[])',
-                p_shards, v_shards));
-        END IF;
-        RETURN QUERY EXECUTE format(
-            'SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, '
-            'destination, created_at_us, attempts, false, sequence, available_at_us, '
-            'expires_at_us FROM (' || v_read || ') c '
-            'WHERE NOT EXISTS (SELECT FROM postbox.outbox w WHERE w.waiting)',
-            'NULL::timestamptz', v_rows) USING p_limit, p_in_flight;
-    END IF;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    -- no row: nothing ready, or something waits (the filter): ask which
-    IF v_n > 0 OR NOT EXISTS (SELECT FROM postbox.outbox w WHERE w.waiting) THEN
-        RETURN;
-    END IF;
-
-    -- Something waits: each row is returned with whether it is parked behind a waiting event of
-    -- its aggregate, read by one statement; then the parked ones are set aside (no UPDATE runs
-    -- when none is: the outbox's statement triggers would fire).
-    FOR v_row IN SELECT * FROM postbox.claim_waiting(p_limit, p_in_flight, v_rows) LOOP
-        id := v_row.id; event_id := v_row.event_id; aggregate_type := v_row.aggregate_type;
-        aggregate_id := v_row.aggregate_id; event_type := v_row.event_type;
-        payload := v_row.payload; headers := v_row.headers; destination := v_row.destination;
-        created_at_us := v_row.created_at_us; attempts := v_row.attempts;
-        parked := v_row.park_until IS NOT NULL; sequence := v_row.sequence;
-        available_at_us := v_row.available_at_us; expires_at_us := v_row.expires_at_us;
-        IF parked THEN
-            v_park := v_park || v_row.id;
-            v_until := v_until || v_row.park_until;
-        END IF;
-        RETURN NEXT;
-    END LOOP;
     IF cardinality(v_park) > 0 THEN
-        UPDATE postbox.outbox o SET waiting = true, next_attempt_at = p.until
-        FROM unnest(v_park, v_until) AS p(id, until) WHERE o.id = p.id;
+        -- after every read: the UPDATE runs in a VOLATILE function (not allowed in this one)
+        PERFORM postbox.claim_park(v_park, v_until);
     END IF;
 END
 $fn$;
