@@ -95,6 +95,7 @@ DECLARE
     v_value constant text := current_setting(v_slot, true);
     v_set   text;
     v_again boolean;
+    v_taken record;  -- take_sequence's (p_id, p_sequence): one expression, no query
 BEGIN
     IF substr(v_value, 20, 1) = ',' AND substr(v_value, 41) = v_key THEN
         NEW.sequence := left(v_value, 19)::bigint + 1;
@@ -120,8 +121,9 @@ BEGIN
                                         || lpad(NEW.sequence::text, 19, '0') || '|' || v_key, true);
         END IF;
     ELSE
-        SELECT t.p_id, t.p_sequence INTO NEW.id, NEW.sequence
-        FROM postbox.take_sequence(NEW.aggregate_type, NEW.aggregate_id, NEW.id) t;
+        v_taken := postbox.take_sequence(NEW.aggregate_type, NEW.aggregate_id, NEW.id);
+        NEW.id := v_taken.p_id;
+        NEW.sequence := v_taken.p_sequence;
     END IF;
     IF current_setting('postbox.traceparent', true) <> '' THEN
         NEW.headers := postbox.with_trace_context(NEW.headers);
