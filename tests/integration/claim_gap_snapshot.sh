@@ -32,7 +32,7 @@ psql_q "CREATE TABLE public.pb_test_pause_at (id bigint);
         CREATE POLICY pb_test_pause ON postbox.outbox TO postbox_relay USING (public.pb_test_pause(id));" >/dev/null
 
 one_case() { # TAG (aggregates TAG-*) WAITING (true: another aggregate's event waits)
-    local tag=$1 waiting=$2 pause_id first last i in_flight y1 y2 claim_pid y1_pid got
+    local tag=$1 waiting=$2 pause_id first last i in_flight y1 y2 claim_pid y1_pid got w
     say "case $tag: something waiting: $waiting"
     pause_id=$(enq "$tag-x") # the first gap's row that the claim reads slowly
     psql_q "DELETE FROM public.pb_test_pause_at; INSERT INTO public.pb_test_pause_at VALUES ($pause_id)"
