@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The broker side of a relay benchmark, sourced by bench scripts (after backlog.sh, which gives
 # backlog_empty). The script sets BIN, AMQP_TOOL, NATS_TOOL, QUEUE (RabbitMQ), STREAM (Redis),
 # POSTBOX_NATS_STREAM and, for Kafka, KAFKA_TOOL and a kafka_topic function naming the run's topic.
