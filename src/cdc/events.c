@@ -212,13 +212,11 @@ pb_status_t pb_cdc_event_from_insert(const pb_cdc_outbox_map_t *map, const pb_pg
     return PB_OK;
 }
 
-/* Member key of the message as a decoded string (escapes resolved; malloc'd), or NULL when it
- * is absent, null, not a string or holds a NUL. */
-static char *member_string(const char *content, size_t len, const char *key)
+/* A member's raw value as a decoded string (escapes resolved; malloc'd), or NULL when it is
+ * absent, null, not a string or holds a NUL. */
+static char *member_string(const char *v, size_t n)
 {
-    const char *v;
-    size_t n;
-    if (!pb_json_member(content, len, key, &v, &n) || v[0] != '"')
+    if (!v || v[0] != '"')
         return NULL;
     json_error_t jerr;
     json_t *j = json_loadb(v, n, JSON_DECODE_ANY, &jerr);
@@ -229,48 +227,69 @@ static char *member_string(const char *content, size_t len, const char *key)
     return out;
 }
 
-/* Member key as an int64, or 0 when it is absent or not an integer that fits. */
-static int64_t member_int(const char *content, size_t len, const char *key)
+/* A member's raw value as an int64, or 0 when it is absent or not an integer that fits. */
+static int64_t member_int(const char *v, size_t n)
 {
-    const char *v;
-    size_t n;
     int64_t x;
-    return pb_json_member(content, len, key, &v, &n) && pb_parse_int64(v, n, &x) ? x : 0;
+    return v && pb_parse_int64(v, n, &x) ? x : 0;
 }
+
+/* The members of an emitted message, found in one pass (the payload walked once, not once per
+ * member). */
+enum {
+    M_EVENT_ID,
+    M_AGGREGATE_TYPE,
+    M_AGGREGATE_ID,
+    M_EVENT_TYPE,
+    M_DESTINATION,
+    M_PAYLOAD,
+    M_HEADERS,
+    M_CREATED_AT,
+    M_SEQUENCE,
+    M_AVAILABLE_AT,
+    M_EXPIRES_AT,
+    M_COUNT
+};
+static const char *const message_members[M_COUNT] = {
+    "event_id", "aggregate_type", "aggregate_id", "event_type",      "destination",  "payload",
+    "headers",  "created_at_us",  "sequence",     "available_at_us", "expires_at_us"};
 
 /* The strings are decoded; the payload and the headers are passed on as the message holds
  * them (common/json_span.h), as the outbox's columns are. */
 pb_status_t pb_cdc_event_from_message(const char *content, size_t len, pb_cdc_event_t *out,
                                       pb_error_t *err)
 {
-    const char *payload = NULL, *headers = NULL;
-    size_t payload_len = 0, headers_len = 0;
-    char *fields[5] = {member_string(content, len, "event_id"),
-                       member_string(content, len, "aggregate_type"),
-                       member_string(content, len, "aggregate_id"),
-                       member_string(content, len, "event_type"),
-                       member_string(content, len, "destination")};
-    bool has_payload = pb_json_member(content, len, "payload", &payload, &payload_len);
-    if (!fields[0] || !fields[1] || !fields[2] || !fields[3] || !has_payload) {
+    const char *v[M_COUNT];
+    size_t n[M_COUNT];
+    pb_json_members(content, len, message_members, M_COUNT, v, n);
+    char *fields[5] = {member_string(v[M_EVENT_ID], n[M_EVENT_ID]),
+                       member_string(v[M_AGGREGATE_TYPE], n[M_AGGREGATE_TYPE]),
+                       member_string(v[M_AGGREGATE_ID], n[M_AGGREGATE_ID]),
+                       member_string(v[M_EVENT_TYPE], n[M_EVENT_TYPE]),
+                       member_string(v[M_DESTINATION], n[M_DESTINATION])};
+    if (!fields[0] || !fields[1] || !fields[2] || !fields[3] || !v[M_PAYLOAD]) {
         for (int i = 0; i < 5; i++)
             free(fields[i]);
         return pb_fail(err, PB_FATAL, "logical message is not a postbox event: it lacks "
                                       "event_id, aggregate_type, aggregate_id, event_type or "
                                       "payload, or is not a JSON object");
     }
-    if (!pb_json_member(content, len, "headers", &headers, &headers_len) || headers[0] != '{')
+    const char *headers = v[M_HEADERS];
+    size_t headers_len = n[M_HEADERS];
+    if (!headers || headers[0] != '{')
         headers = NULL, headers_len = 0;
-    const char *src[7] = {fields[0], fields[1], fields[2], fields[3], payload, headers, fields[4]};
+    const char *src[7] = {fields[0], fields[1], fields[2], fields[3],
+                          v[M_PAYLOAD], headers, fields[4]};
     size_t lens[7] = {strlen(fields[0]), strlen(fields[1]), strlen(fields[2]), strlen(fields[3]),
-                      payload_len, headers_len, fields[4] ? strlen(fields[4]) : 0};
+                      n[M_PAYLOAD], headers_len, fields[4] ? strlen(fields[4]) : 0};
     const char *dst[7];
     pack_event(out, 7, src, lens, dst);
     pb_event_t *ev = &out->ev;
-    ev->created_at_us = member_int(content, len, "created_at_us");
-    int64_t sequence = member_int(content, len, "sequence");
+    ev->created_at_us = member_int(v[M_CREATED_AT], n[M_CREATED_AT]);
+    int64_t sequence = member_int(v[M_SEQUENCE], n[M_SEQUENCE]);
     ev->sequence = sequence > 0 ? sequence : 0;
-    ev->available_at_us = member_int(content, len, "available_at_us");
-    ev->expires_at_us = member_int(content, len, "expires_at_us");
+    ev->available_at_us = member_int(v[M_AVAILABLE_AT], n[M_AVAILABLE_AT]);
+    ev->expires_at_us = member_int(v[M_EXPIRES_AT], n[M_EXPIRES_AT]);
     pb_event_fix_times(ev);
     for (int i = 0; i < 5; i++)
         free(fields[i]);

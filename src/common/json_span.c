@@ -110,3 +110,40 @@ bool pb_json_member(const char *text, size_t len, const char *key, const char **
     }
     return false;
 }
+
+bool pb_json_members(const char *text, size_t len, const char *const *keys, size_t n,
+                     const char **vals, size_t *val_lens)
+{
+    size_t left = n;
+    for (size_t k = 0; k < n; k++)
+        vals[k] = NULL, val_lens[k] = 0;
+    size_t i = pb_json_skip_space(text, len, 0);
+    if (i >= len || text[i] != '{')
+        return false;
+    i = pb_json_skip_space(text, len, i + 1);
+    while (left && i < len && text[i] == '"') {
+        size_t s = string_len(text + i, len - i);
+        if (s == 0)
+            break;
+        size_t key_at = i + 1, key_len = s - 2;
+        i = pb_json_skip_space(text, len, i + s);
+        if (i >= len || text[i] != ':')
+            break;
+        i = pb_json_skip_space(text, len, i + 1);
+        size_t v = pb_json_value_len(text + i, len - i);
+        if (v == 0)
+            break;
+        for (size_t k = 0; k < n; k++)
+            if (!vals[k] && strlen(keys[k]) == key_len &&
+                memcmp(text + key_at, keys[k], key_len) == 0) {
+                vals[k] = text + i;
+                val_lens[k] = v;
+                left--;
+                break;
+            }
+        i = pb_json_skip_space(text, len, i + v);
+        if (i < len && text[i] == ',')
+            i = pb_json_skip_space(text, len, i + 1);
+    }
+    return true;
+}

@@ -23,4 +23,10 @@ size_t pb_json_skip_space(const char *s, size_t len, size_t i);
 bool pb_json_member(const char *text, size_t len, const char *key, const char **val,
                     size_t *val_len);
 
+/* pb_json_member for n keys in one pass over text: vals[i] and val_lens[i] as it would give for
+ * keys[i], or NULL and 0 where it would return false. For many keys of one object, whose values
+ * (a payload) would otherwise be walked once per key. False when text is not an object. */
+bool pb_json_members(const char *text, size_t len, const char *const *keys, size_t n,
+                     const char **vals, size_t *val_lens);
+
 #endif
