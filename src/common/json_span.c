@@ -82,33 +82,14 @@ size_t pb_json_value_len(const char *s, size_t len)
 bool pb_json_member(const char *text, size_t len, const char *key, const char **val,
                     size_t *val_len)
 {
-    size_t klen = strlen(key);
-    size_t i = pb_json_skip_space(text, len, 0);
-    if (i >= len || text[i] != '{')
+    const char *v;
+    size_t n;
+    pb_json_members(text, len, &key, 1, &v, &n);
+    if (!v)
         return false;
-    i = pb_json_skip_space(text, len, i + 1);
-    while (i < len && text[i] == '"') {
-        size_t n = string_len(text + i, len - i);
-        if (n == 0)
-            return false;
-        bool match = n == klen + 2 && memcmp(text + i + 1, key, klen) == 0;
-        i = pb_json_skip_space(text, len, i + n);
-        if (i >= len || text[i] != ':')
-            return false;
-        i = pb_json_skip_space(text, len, i + 1);
-        size_t v = pb_json_value_len(text + i, len - i);
-        if (v == 0)
-            return false;
-        if (match) {
-            *val = text + i;
-            *val_len = v;
-            return true;
-        }
-        i = pb_json_skip_space(text, len, i + v);
-        if (i < len && text[i] == ',')
-            i = pb_json_skip_space(text, len, i + 1);
-    }
-    return false;
+    *val = v;
+    *val_len = n;
+    return true;
 }
 
 bool pb_json_members(const char *text, size_t len, const char *const *keys, size_t n,
