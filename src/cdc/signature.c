@@ -27,15 +27,31 @@ pb_status_t pb_emit_key_load(PGconn *conn, pb_emit_key_t *key, pb_error_t *err)
                     err->msg);
         return st;
     }
+    uint64_t since_lsn;
     bool ok = PQntuples(res) == 1 && PQgetlength(res, 0, 0) == PB_EMIT_KEY_SIZE &&
-              pb_lsn_parse(PQgetvalue(res, 0, 1), &key->since_lsn);
+              pb_lsn_parse(PQgetvalue(res, 0, 1), &since_lsn);
     if (ok)
-        memcpy(key->key, PQgetvalue(res, 0, 0), PB_EMIT_KEY_SIZE);
+        pb_emit_key_set(key, (const unsigned char *)PQgetvalue(res, 0, 0), since_lsn);
     PQclear(res);
     if (!ok)
         return pb_fail(err, PB_FATAL, "postbox.emit_key does not hold one 64-byte key (was its "
                                       "row changed?)");
     return PB_OK;
+}
+
+void pb_emit_key_set(pb_emit_key_t *key, const unsigned char bytes[PB_EMIT_KEY_SIZE],
+                     uint64_t since_lsn)
+{
+    pb_emit_key_clear(key);
+    key->mac = pb_hmac_new(bytes, PB_EMIT_KEY_SIZE);
+    key->since_lsn = since_lsn;
+}
+
+void pb_emit_key_clear(pb_emit_key_t *key)
+{
+    pb_hmac_free(key->mac);
+    key->mac = NULL;
+    key->since_lsn = 0;
 }
 
 pb_emit_verdict_t pb_emit_verify(const pb_emit_key_t *key, uint64_t lsn, const char *content,
@@ -51,7 +67,7 @@ pb_emit_verdict_t pb_emit_verify(const pb_emit_key_t *key, uint64_t lsn, const c
     *json = content + TAG_LEN + HEX_LEN + 1;
     *json_len = len - (TAG_LEN + HEX_LEN + 1);
     char mac[PB_HMAC_HEX_SIZE];
-    pb_hmac_sha256_hex(key->key, PB_EMIT_KEY_SIZE, *json, *json_len, mac);
+    pb_hmac_hex(key->mac, *json, *json_len, mac);
     /* lowercase hex both (postbox.emit writes encode(..., 'hex')); constant time */
     return CRYPTO_memcmp(mac, content + TAG_LEN, HEX_LEN) == 0 ? PB_EMIT_SIGNED : PB_EMIT_FORGED;
 }
@@ -59,7 +75,7 @@ pb_emit_verdict_t pb_emit_verify(const pb_emit_key_t *key, uint64_t lsn, const c
 void pb_emit_sign(const pb_emit_key_t *key, const char *json, size_t len, char *out)
 {
     char mac[PB_HMAC_HEX_SIZE];
-    pb_hmac_sha256_hex(key->key, PB_EMIT_KEY_SIZE, json, len, mac);
+    pb_hmac_hex(key->mac, json, len, mac);
     memcpy(out, TAG, TAG_LEN);
     memcpy(out + TAG_LEN, mac, HEX_LEN);
     out[TAG_LEN + HEX_LEN] = ':';

@@ -11,16 +11,25 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/hmac.h"
 
 #define PB_EMIT_KEY_SIZE 64
 
 typedef struct pb_emit_key {
-    unsigned char key[PB_EMIT_KEY_SIZE];
+    pb_hmac_t *mac;     /* the key, made ready for the MACs; NULL until set */
     uint64_t since_lsn; /* messages before it predate signing (schema version < 7) */
 } pb_emit_key_t;
 
-/* Reads postbox.emit_key. PB_FATAL naming the grant when the role may not read it. */
+/* Reads postbox.emit_key into key (zeroed, or set before: replaced). PB_FATAL naming the grant
+ * when the role may not read it. */
 pb_status_t pb_emit_key_load(PGconn *conn, pb_emit_key_t *key, pb_error_t *err) PB_MUSTCHECK;
+
+/* Sets key (zeroed, or set before: replaced) to bytes, signing since since_lsn. */
+void pb_emit_key_set(pb_emit_key_t *key, const unsigned char bytes[PB_EMIT_KEY_SIZE],
+                     uint64_t since_lsn);
+
+/* Frees what pb_emit_key_set made; key is zeroed again. */
+void pb_emit_key_clear(pb_emit_key_t *key);
 
 typedef enum pb_emit_verdict {
     PB_EMIT_SIGNED,   /* the MAC verifies */

@@ -1444,6 +1444,7 @@ static void cdc_free(pb_capture_t *cap)
     pb_streamed_free(&r->streamed);
     pb_slot_age_free(&r->age);
     pb_pgo_decoder_free(&r->dec);
+    pb_emit_key_clear(&r->emit_key);
     for (int i = 0; i < 2; i++) {
         free(r->bufs[i].items);
         free(r->bufs[i].events);
