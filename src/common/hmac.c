@@ -4,6 +4,7 @@
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "common/err.h"
@@ -46,8 +47,9 @@ pb_hmac_t *pb_hmac_new(const unsigned char *key, size_t key_len)
         OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
         OSSL_PARAM_construct_end(),
     };
+    bool ok = h->ctx && EVP_MAC_init(h->ctx, key, key_len, params) == 1;
     /* libcrypto without HMAC or SHA-256, or out of memory: nothing postbox could go on with */
-    PB_ASSERT(h->ctx && EVP_MAC_init(h->ctx, key, key_len, params) == 1);
+    PB_ASSERT(ok);
     return h;
 }
 
