@@ -54,8 +54,7 @@ struct pb_mask {
     const type_rules_t *any; /* the "*" entry, or NULL */
     char **allow;            /* relay.mask_allow_types, split; "*" among them: every type */
     size_t n_allow;
-    unsigned char *key;
-    size_t key_len;
+    pb_hmac_t *mac; /* the hmac rules' key, made ready once; NULL without hmac rules */
 };
 
 /* ---- rules text ------------------------------------------------------------------------- */
@@ -331,10 +330,7 @@ void pb_mask_free(pb_mask_t *m)
     for (size_t i = 0; i < m->n_allow; i++)
         free(m->allow[i]);
     free(m->allow);
-    if (m->key) {
-        OPENSSL_cleanse(m->key, m->key_len);
-        free(m->key);
-    }
+    pb_hmac_free(m->mac);
     free(m);
 }
 
@@ -468,9 +464,8 @@ pb_status_t pb_mask_build(size_t n, char *const *types, char *const *rules,
                            "hmac rules need a key of at least %d bytes (relay.mask_key_file)",
                            PB_MASK_MIN_KEY);
         }
-        m->key = pb_malloc(key_len);
-        memcpy(m->key, key, key_len);
-        m->key_len = key_len;
+        PB_ASSERT(key_len <= PB_MASK_MAX_KEY);
+        m->mac = pb_hmac_new(key, key_len);
     }
     *out = m;
     return PB_OK;
@@ -979,9 +974,9 @@ static bool replace(rw_t *w, const rule_t *r, const char *s, const char *e, vtyp
         char hex[65];
         if (t == V_STR) {
             decode_string(&w->tmp, s + 1, e - 1);
-            pb_mask_hmac_hex(w->m->key, w->m->key_len, w->tmp.data, w->tmp.len, hex);
+            pb_hmac_hex(w->m->mac, w->tmp.data, w->tmp.len, hex);
         } else { /* a number, a boolean, an object or an array: over its JSON text */
-            pb_mask_hmac_hex(w->m->key, w->m->key_len, s, (size_t)(e - s), hex);
+            pb_hmac_hex(w->m->mac, s, (size_t)(e - s), hex);
         }
         pb_buf_putc(w->out, '"');
         pb_buf_append(w->out, hex, 64);
