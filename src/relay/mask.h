@@ -32,7 +32,9 @@
 #include "common/str.h"
 #include "config/config.h"
 
-/* Rules per event type, with the HMAC key; immutable once built. */
+/* Rules per event type, with the HMAC key made ready for them. The rules do not change once
+ * built; the key's context is reused for each masked value, so one thread at a time (the
+ * relay's driver). */
 typedef struct pb_mask pb_mask_t;
 
 /* Rules and rules text of one event type at most, for the 64-bit masks of the rewriter. */
