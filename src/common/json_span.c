@@ -1,6 +1,9 @@
 #include "common/json_span.h"
 
+#include <stdint.h>
 #include <string.h>
+
+#include "common/bytes.h"
 
 static bool is_space(char c)
 {
@@ -14,16 +17,32 @@ size_t pb_json_skip_space(const char *s, size_t len, size_t i)
     return i;
 }
 
+/* Whether w holds a byte a string scan must look at: '"', '\\' or a control character. */
+static uint64_t string_special(uint64_t w)
+{
+    return pb_bytes_has(w, '"') | pb_bytes_has(w, '\\') | pb_bytes_below(w, 0x20);
+}
+
 /* The length of the string at s[0] == '"', closing quote included; 0 when unterminated. */
 static size_t string_len(const char *s, size_t len)
 {
-    for (size_t i = 1; i < len; i++) {
+    for (size_t i = 1; i < len;) {
+        if (i + 8 <= len) {
+            uint64_t f = string_special(pb_bytes_load(s + i));
+            if (!f) {
+                i += 8;
+                continue;
+            }
+            i += pb_bytes_first(f); /* the first byte to look at */
+        }
         if (s[i] == '\\')
-            i++; /* the escaped character, whatever it is */
+            i += 2; /* the escaped character, whatever it is */
         else if (s[i] == '"')
             return i + 1;
         else if ((unsigned char)s[i] < 0x20)
             return 0;
+        else
+            i++;
     }
     return 0;
 }

@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
+#include "common/bytes.h"
 #include "sink/sink.h"
 
 static const char *const attr_names[PB_CE_NATTRS] = {
@@ -61,12 +62,27 @@ static bool is_pchar(unsigned char c)
     return is_unreserved(c) || is_sub_delim(c) || c == ':' || c == '@';
 }
 
+/* Whether w holds a byte has_control must look at: C0, DEL, or the lead byte of C1. */
+static uint64_t control_candidate(uint64_t w)
+{
+    return pb_bytes_below(w, 0x20) | pb_bytes_has(w, 0x7f) | pb_bytes_has(w, 0xc2);
+}
+
 /* Whether s[0..len) holds a control character: C0, DEL, or C1 (U+0080..U+009F, in UTF-8 the
  * bytes C2 80..C2 9F). A CloudEvents String may hold none. */
 static bool has_control(const char *s, size_t len)
 {
     const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < len; i++) {
+    size_t i = 0;
+    for (uint64_t f; i + 8 <= len; i += 8) /* from the first candidate on, byte by byte */
+        if ((f = control_candidate(pb_bytes_load(p + i)))) {
+            i += pb_bytes_first(f);
+            goto bytewise;
+        }
+    if (i < len && len >= 8 && !control_candidate(pb_bytes_load(p + len - 8)))
+        return false; /* the last bytes, as one word that overlaps the one before */
+bytewise:
+    for (; i < len; i++) {
         if (p[i] < 0x20 || p[i] == 0x7f)
             return true;
         if (p[i] == 0xc2 && i + 1 < len && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f)
@@ -80,11 +96,26 @@ static bool nats_needs_encoding(unsigned char c)
     return c <= 0x20 || c >= 0x7f || c == '"' || c == '%';
 }
 
+/* Whether w holds a byte nats_needs_encoding may hold true for. */
+static uint64_t nats_candidate(uint64_t w)
+{
+    return pb_bytes_below(w, 0x21) | pb_bytes_high(w) | pb_bytes_has(w, 0x7f) |
+           pb_bytes_has(w, '"') | pb_bytes_has(w, '%');
+}
+
 /* The length of the prefix of s[0..len) that the NATS binding leaves as it is. */
 static size_t nats_plain_prefix(const char *s, size_t len)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0;
+    for (uint64_t f; i + 8 <= len; i += 8)
+        if ((f = nats_candidate(pb_bytes_load(p + i)))) {
+            i += pb_bytes_first(f);
+            goto bytewise;
+        }
+    if (i < len && len >= 8 && !nats_candidate(pb_bytes_load(p + len - 8)))
+        return len; /* the last bytes, as one word that overlaps the one before */
+bytewise:
     while (i < len && !nats_needs_encoding(p[i]))
         i++;
     return i;
@@ -491,8 +522,12 @@ size_t pb_ce_attrs(pb_ce_t *ce, const pb_event_t *ev, pb_ce_attr_t *out)
     PUT(PB_CE_SUBJECT_I, NULL, 0);
 
     if (named[PB_CE_TIME_I] && ev->created_at_us != 0) {
-        pb_format_utc_us(ev->created_at_us, ce->time, sizeof ce->time);
-        PUT(PB_CE_TIME_I, ce->time, strlen(ce->time));
+        if (ce->time_len == 0 || ce->time_us != ev->created_at_us) {
+            pb_format_utc_us(ev->created_at_us, ce->time, sizeof ce->time);
+            ce->time_len = strlen(ce->time);
+            ce->time_us = ev->created_at_us;
+        }
+        PUT(PB_CE_TIME_I, ce->time, ce->time_len);
     }
     if (named[PB_CE_DATACONTENTTYPE_I])
         PUT(PB_CE_DATACONTENTTYPE_I, PB_CE_DATACONTENTTYPE, sizeof PB_CE_DATACONTENTTYPE - 1);

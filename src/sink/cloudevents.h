@@ -103,6 +103,8 @@ typedef struct pb_ce {
     size_t source_len;
     /* the values of the event last given to pb_ce_attrs */
     char time[PB_UTC_TEXT_LEN];
+    size_t time_len;         /* 0: time not written yet */
+    int64_t time_us;         /* the created_at time holds (events of a transaction share it) */
     char sequence[24];
     pb_buf_t scratch; /* subject, percent-encoded values */
 } pb_ce_t;

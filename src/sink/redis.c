@@ -286,7 +286,15 @@ static bool append_xadd(redis_sink_t *s, const pb_event_t *ev, const char *strea
     /* the W3C trace context as fields of their own, where a Redis client looks for it */
     static const char *const trace_keys[2] = {"traceparent", "tracestate"};
     const char *headers = ev->headers ? ev->headers : "";
-    for (int k = 0; k < 2 && strstr(headers, "trace"); k++) {
+    for (int k = 0; k < 2 && ev->flat_headers; k++) {
+        const char *val; /* plain strings (pb_sink_prepare): their bytes are their values */
+        size_t vlen;
+        if (pb_header_string(ev, trace_keys[k], &val, &vlen)) {
+            STR_ARG(trace_keys[k]);
+            ARG(val, vlen);
+        }
+    }
+    for (int k = 0; k < 2 && !ev->flat_headers && strstr(headers, "trace"); k++) {
         const char *val;
         size_t vlen;
         if (!pb_json_member(headers, strlen(headers), trace_keys[k], &val, &vlen) || vlen < 2 ||

@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 
+#include "common/bytes.h"
 #include "common/str.h"
 #include "sink/cloudevents.h"
 
@@ -48,11 +49,21 @@ static bool json_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-/* The end of the JSON string starting at s[i] == '"' when it holds no escape and no control
- * character (its bytes are then its value): the index past its closing quote, else 0. */
-static size_t plain_string_end(const char *s, size_t i)
+/* The end of the JSON string starting at s[i] == '"' in the text s of len bytes (s[len] is
+ * its NUL) when it holds no escape and no control character (its bytes are then its value): the
+ * index past its closing quote, else 0. */
+static size_t plain_string_end(const char *s, size_t len, size_t i)
 {
-    for (size_t j = i + 1;; j++) {
+    size_t j = i + 1;
+    for (; j + 8 <= len; j += 8) {
+        uint64_t w = pb_bytes_load(s + j);
+        uint64_t f = pb_bytes_has(w, '"') | pb_bytes_has(w, '\\') | pb_bytes_below(w, 0x20);
+        if (f) {
+            j += pb_bytes_first(f);
+            break;
+        }
+    }
+    for (;; j++) {
         unsigned char c = (unsigned char)s[j];
         if (c == '"')
             return j + 1;
@@ -68,7 +79,7 @@ static size_t plain_string_end(const char *s, size_t i)
  * one) and there are at most FLAT_MAX; else 0: then the parser decides. */
 static unsigned flat_members(const char *s)
 {
-    size_t i = 0, kpos[FLAT_MAX], klen[FLAT_MAX];
+    size_t len = strlen(s), i = 0, kpos[FLAT_MAX], klen[FLAT_MAX];
     unsigned n = 0;
     while (json_space(s[i]))
         i++;
@@ -78,7 +89,7 @@ static unsigned flat_members(const char *s)
         while (json_space(s[i]))
             i++;
         size_t k = i;
-        if (s[i] != '"' || !(i = plain_string_end(s, i)) || n == FLAT_MAX)
+        if (s[i] != '"' || !(i = plain_string_end(s, len, i)) || n == FLAT_MAX)
             return 0;
         kpos[n] = k + 1;
         klen[n] = i - k - 2;
@@ -91,7 +102,7 @@ static unsigned flat_members(const char *s)
             return 0;
         while (json_space(s[i]))
             i++;
-        if (s[i] != '"' || !(i = plain_string_end(s, i)))
+        if (s[i] != '"' || !(i = plain_string_end(s, len, i)))
             return 0;
         n++;
         while (json_space(s[i]))
@@ -159,17 +170,16 @@ bool pb_header_next(pb_header_iter_t *it, pb_header_t *h)
             i++; /* past '{', ',', ':' and blanks */
         if (!s[i])
             return false;
-        size_t kend = plain_string_end(s, i);
+        /* plain strings: each ends at the next quote */
+        const char *kend = strchr(s + i + 1, '"');
         h->key = s + i + 1;
-        h->klen = kend - i - 2;
-        i = kend;
-        while (s[i] != '"')
-            i++;
-        size_t vend = plain_string_end(s, i);
-        h->val = s + i + 1;
-        h->vlen = vend - i - 2;
+        h->klen = (size_t)(kend - h->key);
+        const char *v = strchr(kend + 1, '"');
+        const char *vend = strchr(v + 1, '"');
+        h->val = v + 1;
+        h->vlen = (size_t)(vend - h->val);
         h->json = NULL;
-        it->pos = vend;
+        it->pos = (size_t)(vend + 1 - s);
         return true;
     }
     if (!it->jit)
