@@ -4,18 +4,45 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The number of decimal digits of v. */
+static size_t decimal_len(size_t v)
+{
+    size_t n = 1;
+    for (; v >= 10; v /= 10)
+        n++;
+    return n;
+}
+
+/* v in n decimal digits at p; returns the byte after them. */
+static char *put_decimal(char *p, size_t v, size_t n)
+{
+    for (size_t i = n; i > 0; i--, v /= 10)
+        p[i - 1] = (char)('0' + v % 10);
+    return p + n;
+}
+
+/* Sized first, then written in one piece: one growth check per command, not four per
+ * argument. */
 void pb_redis_command(pb_buf_t *out, int argc, const char *const *argv, const size_t *len)
 {
+    size_t n = argc > 0 ? (size_t)argc : 0;
+    size_t total = 1 + decimal_len(n) + 2;
+    for (size_t i = 0; i < n; i++)
+        total += 1 + decimal_len(len[i]) + 2 + len[i] + 2;
     pb_buf_reset(out);
-    pb_buf_putc(out, '*');
-    pb_buf_put_int64(out, argc);
-    pb_buf_append(out, "\r\n", 2);
-    for (int i = 0; i < argc; i++) {
-        pb_buf_putc(out, '$');
-        pb_buf_put_int64(out, (int64_t)len[i]);
-        char *p = pb_buf_extend(out, 2 + len[i] + 2); /* one growth check for the rest */
-        memcpy(p, "\r\n", 2);
-        memcpy(p + 2, argv[i], len[i]);
-        memcpy(p + 2 + len[i], "\r\n", 2);
+    char *p = pb_buf_extend(out, total);
+    *p++ = '*';
+    p = put_decimal(p, n, decimal_len(n));
+    *p++ = '\r';
+    *p++ = '\n';
+    for (size_t i = 0; i < n; i++) {
+        *p++ = '$';
+        p = put_decimal(p, len[i], decimal_len(len[i]));
+        *p++ = '\r';
+        *p++ = '\n';
+        memcpy(p, argv[i], len[i]);
+        p += len[i];
+        *p++ = '\r';
+        *p++ = '\n';
     }
 }
