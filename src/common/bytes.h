@@ -3,8 +3,9 @@
  * of its bytes needs a closer look, and walks byte by byte only from the first word that does,
  * so text of plain ASCII costs about one test per eight bytes.
  *
- * Each test is exact for the word as a whole (whether some byte matches), not for which byte:
- * callers look at the bytes of a flagged word themselves. */
+ * Each test tells exactly whether some byte of the word matches, and which is the first
+ * (pb_bytes_first); the flags it sets past the first may be wrong, so callers look at the bytes
+ * from the first on themselves. */
 #ifndef PB_COMMON_BYTES_H
 #define PB_COMMON_BYTES_H
 
