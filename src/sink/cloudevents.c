@@ -62,8 +62,21 @@ static bool is_pchar(unsigned char c)
     return is_unreserved(c) || is_sub_delim(c) || c == ':' || c == '@';
 }
 
+/* Where in p[0..len) the byte-by-byte look must start: the first byte that the word test
+ * `candidate` flags, else len (the bytes after the last whole word are tested as one word that
+ * overlaps the one before). */
+static inline size_t first_candidate(const unsigned char *p, size_t len,
+                                     uint64_t (*candidate)(uint64_t))
+{
+    size_t i = 0;
+    for (uint64_t f; i + 8 <= len; i += 8)
+        if ((f = candidate(pb_bytes_load(p + i))))
+            return i + pb_bytes_first(f);
+    return i < len && len >= 8 && !candidate(pb_bytes_load(p + len - 8)) ? len : i;
+}
+
 /* Whether w holds a byte has_control must look at: C0, DEL, or the lead byte of C1. */
-static uint64_t control_candidate(uint64_t w)
+static inline uint64_t control_candidate(uint64_t w)
 {
     return pb_bytes_below(w, 0x20) | pb_bytes_has(w, 0x7f) | pb_bytes_has(w, 0xc2);
 }
@@ -73,16 +86,7 @@ static uint64_t control_candidate(uint64_t w)
 static bool has_control(const char *s, size_t len)
 {
     const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    for (uint64_t f; i + 8 <= len; i += 8) /* from the first candidate on, byte by byte */
-        if ((f = control_candidate(pb_bytes_load(p + i)))) {
-            i += pb_bytes_first(f);
-            goto bytewise;
-        }
-    if (i < len && len >= 8 && !control_candidate(pb_bytes_load(p + len - 8)))
-        return false; /* the last bytes, as one word that overlaps the one before */
-bytewise:
-    for (; i < len; i++) {
+    for (size_t i = first_candidate(p, len, control_candidate); i < len; i++) {
         if (p[i] < 0x20 || p[i] == 0x7f)
             return true;
         if (p[i] == 0xc2 && i + 1 < len && p[i + 1] >= 0x80 && p[i + 1] <= 0x9f)
@@ -97,7 +101,7 @@ static bool nats_needs_encoding(unsigned char c)
 }
 
 /* Whether w holds a byte nats_needs_encoding may hold true for. */
-static uint64_t nats_candidate(uint64_t w)
+static inline uint64_t nats_candidate(uint64_t w)
 {
     return pb_bytes_below(w, 0x21) | pb_bytes_high(w) | pb_bytes_has(w, 0x7f) |
            pb_bytes_has(w, '"') | pb_bytes_has(w, '%');
@@ -107,15 +111,7 @@ static uint64_t nats_candidate(uint64_t w)
 static size_t nats_plain_prefix(const char *s, size_t len)
 {
     const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0;
-    for (uint64_t f; i + 8 <= len; i += 8)
-        if ((f = nats_candidate(pb_bytes_load(p + i)))) {
-            i += pb_bytes_first(f);
-            goto bytewise;
-        }
-    if (i < len && len >= 8 && !nats_candidate(pb_bytes_load(p + len - 8)))
-        return len; /* the last bytes, as one word that overlaps the one before */
-bytewise:
+    size_t i = first_candidate(p, len, nats_candidate);
     while (i < len && !nats_needs_encoding(p[i]))
         i++;
     return i;
