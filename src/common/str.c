@@ -212,6 +212,16 @@ bool pb_parse_int64(const char *s, size_t n, int64_t *out)
         negative = s[i++] == '-';
     if (i == n)
         return false;
+    if (n - i <= 18) { /* 18 digits cannot overflow: no check per digit */
+        uint64_t u = 0;
+        for (; i < n; i++) {
+            if (s[i] < '0' || s[i] > '9')
+                return false;
+            u = u * 10 + (uint64_t)(s[i] - '0');
+        }
+        *out = negative ? -(int64_t)u : (int64_t)u;
+        return true;
+    }
     /* accumulated as a negative number, whose range holds INT64_MIN */
     int64_t v = 0;
     for (; i < n; i++) {

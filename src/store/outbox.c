@@ -113,13 +113,47 @@ static int compare_ids(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Sorts ids that are distinct and lie within 64 * n of each other (a batch's ids: claimed as
+ * ranges, published in the sink's order) by setting a bit per id and reading the bits back in
+ * order; false, ids untouched, for a repeated id. */
+static bool sort_dense_ids(int64_t *ids, size_t n, int64_t lo, uint64_t span)
+{
+    size_t words = (size_t)(span / 64) + 1;
+    uint64_t *bits = pb_malloc(words * sizeof *bits);
+    memset(bits, 0, words * sizeof *bits);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t off = (uint64_t)ids[i] - (uint64_t)lo, bit = UINT64_C(1) << (off % 64);
+        if (bits[off / 64] & bit) {
+            free(bits);
+            return false;
+        }
+        bits[off / 64] |= bit;
+    }
+    size_t k = 0;
+    for (size_t w = 0; w < words; w++)
+        for (uint64_t b = bits[w]; b; b &= b - 1)
+            ids[k++] = (int64_t)((uint64_t)lo + w * 64 + (uint64_t)__builtin_ctzll(b));
+    free(bits);
+    return true;
+}
+
 static void sort_ids(int64_t *ids, size_t n)
 {
-    size_t i = 1;
-    while (i < n && ids[i - 1] <= ids[i])
-        i++; /* a batch comes claimed in id order: mostly nothing to sort */
-    if (i < n)
-        qsort(ids, n, sizeof *ids, compare_ids);
+    if (n < 2)
+        return;
+    bool sorted = true;
+    int64_t lo = ids[0], hi = ids[0];
+    for (size_t i = 1; i < n; i++) {
+        sorted = sorted && ids[i - 1] <= ids[i];
+        lo = ids[i] < lo ? ids[i] : lo;
+        hi = ids[i] > hi ? ids[i] : hi;
+    }
+    if (sorted)
+        return;
+    uint64_t span = (uint64_t)hi - (uint64_t)lo;
+    if (span / 64 < n && sort_dense_ids(ids, n, lo, span))
+        return;
+    qsort(ids, n, sizeof *ids, compare_ids);
 }
 
 /* pb_outbox_id_ranges of ids already sorted */

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/str.h"
@@ -116,9 +117,54 @@ static void settle_ids_dense_or_sparse(void **state)
     pb_buf_free(&b);
 }
 
+static int by_value(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The ids come back sorted whatever their order and spread: distinct ids close together (a
+ * batch published in the sink's order), repeated ids, ids far apart, negative ones. */
+static void settle_ids_sorted_in_any_order(void **state)
+{
+    (void)state;
+    uint64_t x = 88172645463325252u;
+    pb_buf_t b = {0};
+    int64_t ids[1000], want[1000];
+    for (int round = 0; round < 400; round++) {
+        size_t n = 2 + (size_t)(round % 7 == 0 ? round % 5 : 998);
+        int64_t base = round % 3 == 0 ? -500 : 1000 * round;
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            /* round % 4: a permutation of a dense run, a spread of 1-64 per id, repeats, far */
+            ids[i] = round % 4 == 0 ? base + (int64_t)i
+                     : round % 4 == 1 ? base + (int64_t)(x % (64 * n))
+                     : round % 4 == 2 ? base + (int64_t)(x % (n / 2 + 1))
+                                      : (int64_t)(x >> 1);
+        }
+        for (size_t i = n - 1; round % 4 == 0 && i > 0; i--) { /* shuffle the dense run */
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            size_t j = (size_t)(x % (i + 1));
+            int64_t t = ids[i];
+            ids[i] = ids[j];
+            ids[j] = t;
+        }
+        memcpy(want, ids, n * sizeof *ids);
+        qsort(want, n, sizeof *want, by_value);
+        pb_outbox_ids_literal(ids, n, &b);
+        assert_memory_equal(ids, want, n * sizeof *ids);
+    }
+    pb_buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(settle_ids_sorted_in_any_order),
         cmocka_unit_test(builds_arrays_per_outcome),
         cmocka_unit_test(json_strings_are_escaped),
         cmocka_unit_test(in_flight_ids_become_ranges),

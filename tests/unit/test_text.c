@@ -290,6 +290,18 @@ static void int64_from_a_span(void **state)
     assert_false(pb_parse_int64("1.5", 3, &v));
     assert_false(pb_parse_int64("1\0", 2, &v));
     assert_int_equal(v, 5); /* untouched on failure */
+    /* every length from 1 to 19 digits, either sign, as printf writes them */
+    uint64_t x = 88172645463325252u;
+    for (int i = 0; i < 100000; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int64_t want = (int64_t)(x >> (x % 63 + 1)) * ((x & 1) ? -1 : 1);
+        char text[32];
+        int len = snprintf(text, sizeof text, (x & 2) ? "%lld" : "%+lld", (long long)want);
+        assert_true(pb_parse_int64(text, (size_t)len, &v));
+        assert_true(v == want);
+    }
 }
 
 /* pb_buf_put_int64 writes what printf's %lld does, the extremes included. */
