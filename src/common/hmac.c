@@ -1,9 +1,7 @@
 #include "common/hmac.h"
 
-#include <limits.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -18,19 +16,6 @@ static void to_hex(const unsigned char md[32], char hex[PB_HMAC_HEX_SIZE])
         hex[2 * i + 1] = digits[md[i] & 15];
     }
     hex[64] = '\0';
-}
-
-void pb_hmac_sha256_hex(const unsigned char *key, size_t key_len, const void *data, size_t len,
-                        char hex[PB_HMAC_HEX_SIZE])
-{
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int md_len = 0;
-    static const unsigned char empty;
-    PB_ASSERT(key_len <= INT_MAX); /* HMAC() takes it as int */
-    const unsigned char *done =
-        HMAC(EVP_sha256(), key, (int)key_len, len ? data : &empty, len, md, &md_len);
-    PB_ASSERT(done && md_len == 32);
-    to_hex(md, hex);
 }
 
 struct pb_hmac {

@@ -8,17 +8,14 @@
 
 #define PB_HMAC_HEX_SIZE 65 /* 64 lowercase hex digits and a NUL */
 
-/* hex = HMAC-SHA-256(key, data) in lowercase hex. key_len is at most INT_MAX. */
-void pb_hmac_sha256_hex(const unsigned char *key, size_t key_len, const void *data, size_t len,
-                        char hex[PB_HMAC_HEX_SIZE]);
-
 /* An HMAC-SHA-256 key made ready once for many MACs under it (the relay checks every message of
- * postbox.emit with one key): the one-shot form above looks the algorithm up and hashes the key
- * into its pads at every call, which costs more than the MAC of a small message. */
+ * postbox.emit, and masks every hmac value, with one key): OpenSSL's one-shot HMAC() looks the
+ * algorithm up and hashes the key into its pads at every call, which costs more than the MAC of
+ * a small message. */
 typedef struct pb_hmac pb_hmac_t;
 
 pb_hmac_t *pb_hmac_new(const unsigned char *key, size_t key_len);
-/* hex = HMAC-SHA-256(h's key, data) in lowercase hex, as pb_hmac_sha256_hex. */
+/* hex = HMAC-SHA-256(h's key, data) in lowercase hex. */
 void pb_hmac_hex(pb_hmac_t *h, const void *data, size_t len, char hex[PB_HMAC_HEX_SIZE]);
 /* Frees h (NULL: nothing); libcrypto wipes the key's pads. */
 void pb_hmac_free(pb_hmac_t *h);

@@ -577,13 +577,6 @@ static size_t collect(const pb_mask_t *m, const char *event_type, bool headers,
     return n;
 }
 
-void pb_mask_hmac_hex(const unsigned char *key, size_t key_len, const void *data, size_t len,
-                      char hex[65])
-{
-    PB_ASSERT(key_len <= PB_MASK_MAX_KEY);
-    pb_hmac_sha256_hex(key, key_len, data, len, hex);
-}
-
 /* ---- the rewriter: JSON text in, JSON text out ------------------------------------------ */
 
 typedef enum vtype { V_STR, V_NUM, V_TRUE, V_FALSE, V_NULL, V_OBJ, V_ARR } vtype_t;

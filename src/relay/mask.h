@@ -112,8 +112,4 @@ bool pb_mask_event(const pb_mask_t *m, pb_event_t *ev, pb_masked_t *keep, pb_res
  * dead letter stores) and frees the copies. Harmless on an event pb_mask_event left alone. */
 void pb_mask_restore(pb_event_t *ev, pb_masked_t *keep);
 
-/* HMAC-SHA-256 of data with key, as 64 lowercase hex digits and a NUL in hex[65]. */
-void pb_mask_hmac_hex(const unsigned char *key, size_t key_len, const void *data, size_t len,
-                      char hex[65]);
-
 #endif
